@@ -1,0 +1,1 @@
+//! The JVMTI agent: options, event wiring, samplers, sinks.

@@ -1,0 +1,2 @@
+//! The `jvmprof` command.
+fn main() {}

@@ -1,0 +1,2 @@
+//! The only FFI boundary: safe wrappers over JVMTI/JNI, AsyncGetCallTrace and the POSIX calls
+//! the sampler needs.

@@ -1,0 +1,305 @@
+//! The in-memory profile: interned frames and stacks, threads, and aggregated samples.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+
+/// What a frame stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FrameKind {
+    /// A Java method (interpreted, compiled or inlined).
+    Java,
+    /// A native method or native code the walker could not name further.
+    Native,
+    /// A synthetic frame the profiler adds, e.g. `[thread name]` or `[unknown: not walkable]`.
+    Synthetic,
+    /// The allocated type at the leaf of an allocation stack (`byte[]`, `java.lang.String`).
+    AllocatedType,
+    /// The monitor class at the leaf of a lock stack.
+    LockClass,
+}
+
+/// One frame. `class` is the binary name with dots (`java.util.HashMap`, `Outer$Inner`); for
+/// synthetic frames and leaf types `class` is empty and `method` holds the whole name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Frame {
+    pub kind: FrameKind,
+    pub class: String,
+    pub method: String,
+    /// JVM method descriptor, e.g. `(I)V`; empty when unknown.
+    pub descriptor: String,
+    /// Source line; 0 when unknown.
+    pub line: u32,
+}
+
+impl Frame {
+    pub fn java(class: &str, method: &str, descriptor: &str, line: u32) -> Frame {
+        Frame {
+            kind: FrameKind::Java,
+            class: class.to_string(),
+            method: method.to_string(),
+            descriptor: descriptor.to_string(),
+            line,
+        }
+    }
+
+    pub fn synthetic(kind: FrameKind, name: &str) -> Frame {
+        Frame {
+            kind,
+            class: String::new(),
+            method: name.to_string(),
+            descriptor: String::new(),
+            line: 0,
+        }
+    }
+
+    /// The name used by collapsed stacks and flame graphs: `package.Class.method`, or the bare
+    /// name for frames without a class.
+    pub fn name(&self) -> String {
+        if self.class.is_empty() {
+            self.method.clone()
+        } else {
+            format!("{}.{}", self.class, self.method)
+        }
+    }
+}
+
+/// A sampled thread's state (wall mode records it; cpu mode samples are `Running`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ThreadState {
+    #[default]
+    Unknown,
+    Running,
+    Sleeping,
+    Blocked,
+    Waiting,
+    TimedWaiting,
+    Parked,
+    Native,
+}
+
+impl ThreadState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThreadState::Unknown => "unknown",
+            ThreadState::Running => "running",
+            ThreadState::Sleeping => "sleeping",
+            ThreadState::Blocked => "blocked",
+            ThreadState::Waiting => "waiting",
+            ThreadState::TimedWaiting => "timed_waiting",
+            ThreadState::Parked => "parked",
+            ThreadState::Native => "native",
+        }
+    }
+}
+
+/// A metric a sample carries. `Profile::meta.metrics` gives the order of `Sample::values`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Metric {
+    /// Number of samples.
+    Samples,
+    /// Nanoseconds (samples × interval, or measured time).
+    Ns,
+    /// Invocations of the calling context (exact mode).
+    Calls,
+    /// Bytecodes executed by the context itself, callees excluded (exact mode).
+    Bytecodes,
+    /// Bytes allocated (estimated from sampled allocations).
+    Bytes,
+    /// Objects allocated (estimated).
+    Objects,
+}
+
+impl Metric {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Metric::Samples => "samples",
+            Metric::Ns => "ns",
+            Metric::Calls => "calls",
+            Metric::Bytecodes => "bytecodes",
+            Metric::Bytes => "bytes",
+            Metric::Objects => "objects",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Metric> {
+        Some(match s {
+            "samples" => Metric::Samples,
+            "ns" => Metric::Ns,
+            "calls" => Metric::Calls,
+            "bytecodes" => Metric::Bytecodes,
+            "bytes" => Metric::Bytes,
+            "objects" => Metric::Objects,
+            _ => return None,
+        })
+    }
+
+    /// The unit string used by pprof and speedscope.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Metric::Samples | Metric::Calls | Metric::Bytecodes | Metric::Objects => "count",
+            Metric::Ns => "nanoseconds",
+            Metric::Bytes => "bytes",
+        }
+    }
+}
+
+/// A profiled thread.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Thread {
+    /// Native thread id (Linux tid) when known, else 0.
+    pub tid: u64,
+    pub name: String,
+}
+
+/// Everything about the run that is not a sample.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    /// Profiling modes of the run: `cpu`, `wall`, `alloc`, `lock`, `exact`.
+    pub modes: Vec<String>,
+    /// The metrics every sample carries, in order.
+    pub metrics: Vec<Metric>,
+    /// Sampling interval in nanoseconds (0 when not a sampling mode).
+    pub interval_ns: u64,
+    /// Stack-walking engine used: `asgct`, `safepoint`, `instrumentation`.
+    pub engine: String,
+    pub jvm_name: String,
+    pub jvm_version: String,
+    pub pid: u32,
+    /// Command line of the JVM, when known.
+    pub command: String,
+    /// Unix time in milliseconds at which profiling started.
+    pub start_unix_ms: u64,
+    pub duration_ms: u64,
+    /// Failed stack walks by reason (`not_walkable_java`, `gc_active`, …): counted, never dropped.
+    pub walk_failures: BTreeMap<String, u64>,
+    /// Samples lost because a buffer was full.
+    pub dropped_samples: u64,
+    /// Free-form extra facts (`agent_version`, `attach`, …).
+    pub extra: BTreeMap<String, String>,
+}
+
+/// An aggregated sample: how much of each metric one stack collected in one thread and state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Index into `Profile::threads`.
+    pub thread: u32,
+    /// Index into `Profile::stacks`.
+    pub stack: u32,
+    pub state: ThreadState,
+    /// One value per `Meta::metrics`, same order.
+    pub values: Vec<u64>,
+}
+
+/// A whole profile. Stacks are lists of indices into `frames`, root first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Profile {
+    pub meta: Meta,
+    pub frames: Vec<Frame>,
+    pub stacks: Vec<Vec<u32>>,
+    pub threads: Vec<Thread>,
+    pub samples: Vec<Sample>,
+}
+
+impl Profile {
+    /// Index of `metric` in the sample values, if the profile carries it.
+    pub fn metric_index(&self, metric: Metric) -> Option<usize> {
+        self.meta.metrics.iter().position(|m| *m == metric)
+    }
+
+    /// The frames of a stack, root first.
+    pub fn stack_frames(&self, stack: u32) -> impl Iterator<Item = &Frame> {
+        self.stacks[stack as usize]
+            .iter()
+            .map(|f| &self.frames[*f as usize])
+    }
+
+    /// Sum of one metric over all samples.
+    pub fn total(&self, metric_index: usize) -> u64 {
+        self.samples.iter().map(|s| s.values[metric_index]).sum()
+    }
+}
+
+/// Builds a [`Profile`] by interning frames, stacks and threads and adding up samples with the same
+/// (thread, stack, state).
+#[derive(Debug)]
+pub struct ProfileBuilder {
+    profile: Profile,
+    frame_ids: HashMap<Frame, u32>,
+    stack_ids: HashMap<Vec<u32>, u32>,
+    thread_ids: HashMap<Thread, u32>,
+    sample_ids: HashMap<(u32, u32, ThreadState), usize>,
+}
+
+impl ProfileBuilder {
+    pub fn new(meta: Meta) -> ProfileBuilder {
+        ProfileBuilder {
+            profile: Profile {
+                meta,
+                ..Profile::default()
+            },
+            frame_ids: HashMap::new(),
+            stack_ids: HashMap::new(),
+            thread_ids: HashMap::new(),
+            sample_ids: HashMap::new(),
+        }
+    }
+
+    pub fn meta_mut(&mut self) -> &mut Meta {
+        &mut self.profile.meta
+    }
+
+    pub fn frame(&mut self, frame: Frame) -> u32 {
+        if let Some(id) = self.frame_ids.get(&frame) {
+            return *id;
+        }
+        let id = self.profile.frames.len() as u32;
+        self.profile.frames.push(frame.clone());
+        self.frame_ids.insert(frame, id);
+        id
+    }
+
+    /// Interns a stack given root first.
+    pub fn stack(&mut self, frames: &[u32]) -> u32 {
+        if let Some(id) = self.stack_ids.get(frames) {
+            return *id;
+        }
+        let id = self.profile.stacks.len() as u32;
+        self.profile.stacks.push(frames.to_vec());
+        self.stack_ids.insert(frames.to_vec(), id);
+        id
+    }
+
+    pub fn thread(&mut self, thread: Thread) -> u32 {
+        if let Some(id) = self.thread_ids.get(&thread) {
+            return *id;
+        }
+        let id = self.profile.threads.len() as u32;
+        self.profile.threads.push(thread.clone());
+        self.thread_ids.insert(thread, id);
+        id
+    }
+
+    /// Adds `values` (one per metric) to the sample for (thread, stack, state).
+    pub fn add(&mut self, thread: u32, stack: u32, state: ThreadState, values: &[u64]) {
+        let n = self.profile.meta.metrics.len();
+        let idx = *self
+            .sample_ids
+            .entry((thread, stack, state))
+            .or_insert_with(|| {
+                self.profile.samples.push(Sample {
+                    thread,
+                    stack,
+                    state,
+                    values: vec![0; n],
+                });
+                self.profile.samples.len() - 1
+            });
+        for (acc, v) in self.profile.samples[idx].values.iter_mut().zip(values) {
+            *acc += *v;
+        }
+    }
+
+    pub fn finish(self) -> Profile {
+        self.profile
+    }
+}
