@@ -6,6 +6,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod error;
 pub mod model;
+pub mod native;
 
+#[cfg(test)]
+mod testdata;
+
+pub use error::{Error, Result};
 pub use model::*;

@@ -64,7 +64,9 @@ impl Frame {
 }
 
 /// A sampled thread's state (wall mode records it; cpu mode samples are `Running`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 pub enum ThreadState {
     #[default]
     Unknown,
@@ -213,9 +215,48 @@ impl Profile {
             .map(|f| &self.frames[*f as usize])
     }
 
-    /// Sum of one metric over all samples.
+    /// Sum of one metric over all samples (saturating, so garbage values cannot overflow).
     pub fn total(&self, metric_index: usize) -> u64 {
-        self.samples.iter().map(|s| s.values[metric_index]).sum()
+        self.samples
+            .iter()
+            .fold(0u64, |acc, s| acc.saturating_add(s.values[metric_index]))
+    }
+
+    /// Checks that every index is in range and every sample has one value per metric, so that
+    /// code indexing into a profile read from a file cannot panic. Returns what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        let nframes = self.frames.len();
+        for (i, stack) in self.stacks.iter().enumerate() {
+            if let Some(f) = stack.iter().find(|f| **f as usize >= nframes) {
+                return Err(format!(
+                    "stack {i} refers to frame {f} but there are {nframes} frames"
+                ));
+            }
+        }
+        let nmetrics = self.meta.metrics.len();
+        for (i, s) in self.samples.iter().enumerate() {
+            if s.thread as usize >= self.threads.len() {
+                return Err(format!(
+                    "sample {i} refers to thread {} but there are {} threads",
+                    s.thread,
+                    self.threads.len()
+                ));
+            }
+            if s.stack as usize >= self.stacks.len() {
+                return Err(format!(
+                    "sample {i} refers to stack {} but there are {} stacks",
+                    s.stack,
+                    self.stacks.len()
+                ));
+            }
+            if s.values.len() != nmetrics {
+                return Err(format!(
+                    "sample {i} has {} values but the profile has {nmetrics} metrics",
+                    s.values.len()
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

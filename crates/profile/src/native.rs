@@ -1,0 +1,248 @@
+//! The native `.jvmprof` file: lossless, everything in a [`Profile`].
+//!
+//! Layout: the 8-byte magic `JVMPROF\0`, the format version as a little-endian `u16`, then a gzip
+//! stream (flate2 with the pure-Rust miniz_oxide backend) of the postcard encoding of the
+//! [`Profile`]. Postcard is not self-describing: any change to the serialized model types changes
+//! the format and needs a new [`VERSION`] (and a reader for the old one).
+
+use crate::error::{Error, Result};
+use crate::model::Profile;
+use flate2::Compression;
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use std::io::{self, Read, Write};
+
+/// The first bytes of every native file.
+pub const MAGIC: &[u8; 8] = b"JVMPROF\0";
+/// The format version this build writes and reads.
+pub const VERSION: u16 = 1;
+
+const FORMAT: &str = "jvmprof";
+
+/// Writes `profile` as a native file.
+pub fn write(profile: &Profile, mut out: impl Write) -> io::Result<()> {
+    let body = postcard::to_stdvec(profile).map_err(io::Error::other)?;
+    out.write_all(MAGIC)?;
+    out.write_all(&VERSION.to_le_bytes())?;
+    let mut gz = GzEncoder::new(out, Compression::default());
+    gz.write_all(&body)?;
+    gz.finish()?.flush()
+}
+
+/// Reads a native file, checking the header, the gzip checksum and every index in the profile.
+pub fn read(mut input: impl Read) -> Result<Profile> {
+    let mut header = [0u8; 10];
+    let n = read_up_to(&mut input, &mut header)?;
+    if n < MAGIC.len() {
+        return Err(if n > 0 && header[..n] == MAGIC[..n] {
+            Error::truncated(FORMAT, "the header ends early")
+        } else {
+            Error::NotJvmprof
+        });
+    }
+    if &header[..MAGIC.len()] != MAGIC {
+        return Err(Error::NotJvmprof);
+    }
+    if n < header.len() {
+        return Err(Error::truncated(
+            FORMAT,
+            "no format version after the magic",
+        ));
+    }
+    let version = u16::from_le_bytes([header[8], header[9]]);
+    if version != VERSION {
+        return Err(Error::UnsupportedVersion {
+            found: version,
+            supported: VERSION,
+        });
+    }
+    let mut body = Vec::new();
+    if let Err(e) = GzDecoder::new(input).read_to_end(&mut body) {
+        return Err(match e.kind() {
+            io::ErrorKind::UnexpectedEof => {
+                Error::truncated(FORMAT, "the compressed data ends early")
+            }
+            io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData => {
+                Error::invalid(FORMAT, format!("bad compressed data: {e}"))
+            }
+            _ => Error::Io(e),
+        });
+    }
+    if body.is_empty() {
+        return Err(Error::truncated(
+            FORMAT,
+            "no compressed data after the header",
+        ));
+    }
+    let (profile, rest): (Profile, &[u8]) =
+        postcard::take_from_bytes(&body).map_err(|e| match e {
+            postcard::Error::DeserializeUnexpectedEnd => {
+                Error::truncated(FORMAT, "the profile data ends early")
+            }
+            e => Error::invalid(FORMAT, format!("the profile does not decode: {e}")),
+        })?;
+    if !rest.is_empty() {
+        return Err(Error::invalid(
+            FORMAT,
+            format!("{} unexpected bytes after the profile", rest.len()),
+        ));
+    }
+    profile.validate().map_err(|e| Error::invalid(FORMAT, e))?;
+    Ok(profile)
+}
+
+/// Whether `bytes` (the start of a file) look like a native file.
+pub fn sniff(bytes: &[u8]) -> bool {
+    bytes.starts_with(MAGIC)
+}
+
+/// Reads until `buf` is full or the input ends; returns how many bytes were read.
+fn read_up_to(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match input.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdata::sample_profile;
+
+    fn encode(p: &Profile) -> Vec<u8> {
+        let mut buf = Vec::new();
+        write(p, &mut buf).unwrap();
+        buf
+    }
+
+    #[test]
+    fn round_trip_is_lossless() {
+        let p = sample_profile();
+        let bytes = encode(&p);
+        assert_eq!(&bytes[..8], b"JVMPROF\0");
+        assert_eq!(&bytes[8..10], &[1, 0]);
+        assert_eq!(&bytes[10..12], &[0x1f, 0x8b], "gzip follows the header");
+        assert_eq!(read(&bytes[..]).unwrap(), p);
+    }
+
+    #[test]
+    fn empty_profile_round_trips() {
+        let p = Profile::default();
+        assert_eq!(read(&encode(&p)[..]).unwrap(), p);
+    }
+
+    #[test]
+    fn rejects_other_files() {
+        let e = read(&b"hello world, this is text"[..]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "not a jvmprof file (no JVMPROF magic header)"
+        );
+        assert!(matches!(read(&b""[..]).unwrap_err(), Error::NotJvmprof));
+        assert!(matches!(
+            read(&b"\x1f\x8b\x08\x00"[..]).unwrap_err(),
+            Error::NotJvmprof
+        ));
+    }
+
+    #[test]
+    fn rejects_unknown_version() {
+        let mut bytes = encode(&sample_profile());
+        bytes[8] = 7;
+        let e = read(&bytes[..]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "jvmprof format version 7 not supported (this build reads version 1)"
+        );
+    }
+
+    #[test]
+    fn rejects_every_truncation() {
+        let bytes = encode(&sample_profile());
+        for len in 1..bytes.len() {
+            let e = read(&bytes[..len]).unwrap_err();
+            assert!(
+                matches!(e, Error::Truncated { .. }),
+                "cut at {len} of {}: {e}",
+                bytes.len()
+            );
+            assert!(e.to_string().starts_with("truncated jvmprof file"), "{e}");
+        }
+    }
+
+    #[test]
+    fn rejects_corrupted_data() {
+        let mut bytes = encode(&sample_profile());
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0xff;
+        let e = read(&bytes[..]).unwrap_err();
+        assert!(
+            e.to_string().starts_with("invalid jvmprof data")
+                || e.to_string().starts_with("truncated jvmprof file"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn rejects_out_of_range_indices() {
+        let mut p = sample_profile();
+        p.samples[0].stack = 99;
+        let e = read(&encode(&p)[..]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "invalid jvmprof data: sample 0 refers to stack 99 but there are {} stacks",
+                p.stacks.len()
+            )
+        );
+        let mut p = sample_profile();
+        p.stacks[1].push(1000);
+        let e = read(&encode(&p)[..]).unwrap_err();
+        assert!(
+            e.to_string().contains("stack 1 refers to frame 1000"),
+            "{e}"
+        );
+        let mut p = sample_profile();
+        p.samples[2].values.pop();
+        let e = read(&encode(&p)[..]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("sample 2 has 1 values but the profile has 2 metrics"),
+            "{e}"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_on_garbage(tail in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            let mut bytes = b"JVMPROF\0\x01\x00".to_vec();
+            bytes.extend_from_slice(&tail);
+            let _ = read(&bytes[..]);
+            let _ = read(&tail[..]);
+        }
+
+        #[test]
+        fn never_panics_on_corrupted_gzip(pos in 0usize..10_000, byte in proptest::num::u8::ANY) {
+            let mut bytes = encode(&sample_profile());
+            let i = pos % bytes.len();
+            bytes[i] = byte;
+            let _ = read(&bytes[..]);
+        }
+
+        #[test]
+        fn never_panics_on_garbage_postcard(body in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            // Valid gzip around random postcard bytes exercises the decoder and the validation.
+            let mut bytes = b"JVMPROF\0\x01\x00".to_vec();
+            let mut gz = GzEncoder::new(&mut bytes, Compression::fast());
+            gz.write_all(&body).unwrap();
+            gz.finish().unwrap();
+            let _ = read(&bytes[..]);
+        }
+    }
+}
