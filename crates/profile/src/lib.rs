@@ -6,12 +6,16 @@
 
 #![forbid(unsafe_code)]
 
+pub mod collapsed;
 pub mod error;
+pub mod format;
 pub mod model;
 pub mod native;
+mod stacks;
 
 #[cfg(test)]
 mod testdata;
 
 pub use error::{Error, Result};
+pub use format::{ExportOptions, Format, default_metric, read_any, read_bytes, write};
 pub use model::*;

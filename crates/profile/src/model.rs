@@ -320,7 +320,8 @@ impl ProfileBuilder {
         id
     }
 
-    /// Adds `values` (one per metric) to the sample for (thread, stack, state).
+    /// Adds `values` (one per metric) to the sample for (thread, stack, state), saturating at
+    /// `u64::MAX` so that values read from a bad file cannot overflow.
     pub fn add(&mut self, thread: u32, stack: u32, state: ThreadState, values: &[u64]) {
         let n = self.profile.meta.metrics.len();
         let idx = *self
@@ -336,7 +337,7 @@ impl ProfileBuilder {
                 self.profile.samples.len() - 1
             });
         for (acc, v) in self.profile.samples[idx].values.iter_mut().zip(values) {
-            *acc += *v;
+            *acc = acc.saturating_add(*v);
         }
     }
 

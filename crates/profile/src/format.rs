@@ -1,0 +1,198 @@
+//! The format registry: which format a path or `--format` name means, writing a profile in any
+//! format and reading any readable file back.
+
+use crate::error::{Error, Result};
+use crate::model::{Metric, Profile};
+use crate::{collapsed, native};
+use std::fmt;
+use std::io::Write;
+use std::path::Path;
+
+/// An output (and for some, input) format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// `.jvmprof`: lossless, readable.
+    Native,
+    /// `.collapsed`, `.txt`: one metric, readable.
+    Collapsed,
+    /// `.html`: interactive flame graph, one metric, write only.
+    Html,
+    /// `.pb.gz`: pprof, every metric, readable.
+    Pprof,
+    /// `.speedscope.json`: one metric, write only.
+    Speedscope,
+}
+
+impl Format {
+    pub const ALL: [Format; 5] = [
+        Format::Native,
+        Format::Collapsed,
+        Format::Html,
+        Format::Pprof,
+        Format::Speedscope,
+    ];
+
+    /// The `--format` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Native => "jvmprof",
+            Format::Collapsed => "collapsed",
+            Format::Html => "html",
+            Format::Pprof => "pprof",
+            Format::Speedscope => "speedscope",
+        }
+    }
+
+    /// The usual file extension, without the leading dot.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Native => "jvmprof",
+            Format::Collapsed => "collapsed",
+            Format::Html => "html",
+            Format::Pprof => "pb.gz",
+            Format::Speedscope => "speedscope.json",
+        }
+    }
+
+    /// Parses a `--format` value: a format name or an extension (`jvmprof`/`native`,
+    /// `collapsed`/`txt`, `html`/`flamegraph`, `pprof`/`pb.gz`, `speedscope`/`speedscope.json`),
+    /// case-insensitive.
+    pub fn parse(s: &str) -> Result<Format> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "jvmprof" | "native" => Format::Native,
+            "collapsed" | "txt" | "folded" => Format::Collapsed,
+            "html" | "flamegraph" | "flame" => Format::Html,
+            "pprof" | "pb.gz" | "pb" => Format::Pprof,
+            "speedscope" | "speedscope.json" => Format::Speedscope,
+            _ => {
+                return Err(Error::UnknownFormat(format!(
+                    "{s:?} (known: jvmprof, collapsed, html, pprof, speedscope)"
+                )));
+            }
+        })
+    }
+
+    /// The format a path's extension names: `.jvmprof`, `.collapsed`, `.txt`, `.html`, `.pb.gz`,
+    /// `.speedscope.json` (case-insensitive). Errors name the path.
+    pub fn from_path(path: &Path) -> Result<Format> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default();
+        let format = if name.ends_with(".jvmprof") {
+            Format::Native
+        } else if name.ends_with(".collapsed")
+            || name.ends_with(".txt")
+            || name.ends_with(".folded")
+        {
+            Format::Collapsed
+        } else if name.ends_with(".html") || name.ends_with(".htm") {
+            Format::Html
+        } else if name.ends_with(".pb.gz") || name.ends_with(".pprof") {
+            Format::Pprof
+        } else if name.ends_with(".speedscope.json") {
+            Format::Speedscope
+        } else {
+            return Err(Error::UnknownFormat(
+                "no format for this file name (use .jvmprof, .collapsed, .txt, .html, .pb.gz or \
+                 .speedscope.json, or --format)"
+                    .to_string(),
+            )
+            .in_file(path));
+        };
+        Ok(format)
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Format {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Format> {
+        Format::parse(s)
+    }
+}
+
+/// Options of the single-metric exporters (and the thread frame of collapsed, HTML, speedscope).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExportOptions {
+    /// The metric to carry (`--value`); `None` means [`default_metric`].
+    pub metric: Option<Metric>,
+    /// Put a `[thread name]` frame at the root of every stack (`--threads`).
+    pub threads: bool,
+}
+
+/// The metric a single-metric format shows when none is asked for: by the first mode of the run,
+/// `samples` for cpu/wall, `calls` for exact, `bytes` for alloc, `ns` for lock, if the profile
+/// carries it; otherwise the profile's first metric. `None` only when it has no metric at all.
+pub fn default_metric(profile: &Profile) -> Option<Metric> {
+    let metrics = &profile.meta.metrics;
+    for mode in &profile.meta.modes {
+        let preferred: &[Metric] = match mode.as_str() {
+            "cpu" | "wall" => &[Metric::Samples, Metric::Ns],
+            "exact" => &[Metric::Calls, Metric::Bytecodes, Metric::Ns],
+            "alloc" => &[Metric::Bytes, Metric::Objects],
+            "lock" => &[Metric::Ns, Metric::Samples],
+            _ => &[],
+        };
+        if let Some(m) = preferred.iter().find(|m| metrics.contains(m)) {
+            return Some(*m);
+        }
+    }
+    metrics.first().copied()
+}
+
+/// The index into sample values of `metric` (or of the default metric).
+pub(crate) fn resolve_metric(profile: &Profile, metric: Option<Metric>) -> Result<usize> {
+    let metric = match metric.or_else(|| default_metric(profile)) {
+        Some(m) => m,
+        None => return Err(Error::Export("the profile has no metric".to_string())),
+    };
+    profile.metric_index(metric).ok_or_else(|| {
+        let have: Vec<&str> = profile.meta.metrics.iter().map(|m| m.as_str()).collect();
+        Error::Export(format!(
+            "the profile has no `{}` metric (it has: {})",
+            metric.as_str(),
+            have.join(", ")
+        ))
+    })
+}
+
+/// Writes `profile` in `format`. Single-metric formats use `options.metric`; the native and pprof
+/// formats carry every metric and ignore it (pprof makes `options.metric` its default sample type).
+pub fn write(
+    profile: &Profile,
+    format: Format,
+    options: &ExportOptions,
+    mut out: impl Write,
+) -> Result<()> {
+    match format {
+        Format::Native => native::write(profile, &mut out)?,
+        Format::Collapsed => collapsed::write(profile, options, &mut out)?,
+        Format::Html | Format::Pprof | Format::Speedscope => {
+            return Err(Error::Export(format!("{format} is not implemented yet")));
+        }
+    }
+    Ok(())
+}
+
+/// Reads a profile from bytes, recognizing native, pprof (gzipped or not) and collapsed by content.
+pub fn read_bytes(bytes: &[u8]) -> Result<Profile> {
+    if native::sniff(bytes) {
+        native::read(bytes)
+    } else {
+        collapsed::read(bytes)
+    }
+}
+
+/// Reads a native, pprof or collapsed file, recognized by content (not by extension). Errors name
+/// the file.
+pub fn read_any(path: impl AsRef<Path>) -> Result<Profile> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|e| Error::Io(e).in_file(path))?;
+    read_bytes(&bytes).map_err(|e| e.in_file(path))
+}

@@ -1,0 +1,87 @@
+//! Stacks rendered by frame name, the shape shared by collapsed, flame graph, speedscope and diff:
+//! frames that render to the same name (e.g. different lines of one method) are the same node,
+//! and samples with the same rendered stack are added up.
+
+use crate::model::{FrameKind, Profile};
+use std::collections::HashMap;
+
+/// Rendered stacks of one metric.
+#[derive(Debug, Default)]
+pub(crate) struct NamedStacks {
+    /// Distinct rendered frame names, in order of first appearance.
+    pub names: Vec<String>,
+    /// The kind of each name (the first frame that rendered to it decides).
+    pub kinds: Vec<FrameKind>,
+    /// (name indices root first, value), sorted by rendered text, zero values left out.
+    pub stacks: Vec<(Vec<u32>, u64)>,
+}
+
+/// A frame name made safe for the collapsed format: no `;` (the separator) and no line breaks
+/// or other control characters.
+pub(crate) fn clean_name(name: &str) -> String {
+    name.chars()
+        .map(|c| match c {
+            ';' => ':',
+            c if c.is_control() => ' ',
+            c => c,
+        })
+        .collect()
+}
+
+/// Renders every sample's stack (with a leading `[thread name]` frame when `threads`) and adds up
+/// the values of `metric` per rendered stack. Empty stacks are left out. The profile must be valid ([`Profile::validate`]).
+pub(crate) fn named_stacks(profile: &Profile, metric: usize, threads: bool) -> NamedStacks {
+    let mut out = NamedStacks::default();
+    let mut name_ids: HashMap<String, u32> = HashMap::new();
+    let mut intern = |out: &mut NamedStacks, name: String, kind: FrameKind| -> u32 {
+        *name_ids.entry(name).or_insert_with_key(|name| {
+            out.names.push(name.clone());
+            out.kinds.push(kind);
+            (out.names.len() - 1) as u32
+        })
+    };
+    let frame_ids: Vec<u32> = profile
+        .frames
+        .iter()
+        .map(|f| intern(&mut out, clean_name(&f.name()), f.kind))
+        .collect();
+    let thread_ids: Vec<u32> = if threads {
+        profile
+            .threads
+            .iter()
+            .map(|t| {
+                let name = format!("[{}]", clean_name(&t.name));
+                intern(&mut out, name, FrameKind::Synthetic)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut values: HashMap<Vec<u32>, u64> = HashMap::new();
+    for s in &profile.samples {
+        let v = s.values[metric];
+        if v == 0 || profile.stacks[s.stack as usize].is_empty() {
+            continue;
+        }
+        let mut key = Vec::with_capacity(profile.stacks[s.stack as usize].len() + 1);
+        if threads {
+            key.push(thread_ids[s.thread as usize]);
+        }
+        key.extend(
+            profile.stacks[s.stack as usize]
+                .iter()
+                .map(|f| frame_ids[*f as usize]),
+        );
+        let acc = values.entry(key).or_insert(0);
+        *acc = acc.saturating_add(v);
+    }
+    let mut stacks: Vec<(Vec<u32>, u64)> = values.into_iter().collect();
+    let names = &out.names;
+    stacks.sort_by(|(a, _), (b, _)| {
+        let a = a.iter().map(|i| names[*i as usize].as_str());
+        let b = b.iter().map(|i| names[*i as usize].as_str());
+        a.cmp(b)
+    });
+    out.stacks = stacks;
+    out
+}
