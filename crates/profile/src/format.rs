@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{Metric, Profile};
-use crate::{collapsed, native};
+use crate::{collapsed, native, pprof};
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
@@ -173,19 +173,32 @@ pub fn write(
     match format {
         Format::Native => native::write(profile, &mut out)?,
         Format::Collapsed => collapsed::write(profile, options, &mut out)?,
-        Format::Html | Format::Pprof | Format::Speedscope => {
+        Format::Pprof => pprof::write(profile, options, &mut out)?,
+        Format::Html | Format::Speedscope => {
             return Err(Error::Export(format!("{format} is not implemented yet")));
         }
     }
     Ok(())
 }
 
-/// Reads a profile from bytes, recognizing native, pprof (gzipped or not) and collapsed by content.
+/// Reads a profile from bytes, recognized by content: the native magic header, gzip (pprof), UTF-8
+/// text (collapsed), else an uncompressed pprof message.
 pub fn read_bytes(bytes: &[u8]) -> Result<Profile> {
     if native::sniff(bytes) {
         native::read(bytes)
-    } else {
+    } else if pprof::sniff_gzip(bytes) {
+        pprof::read(bytes)
+    } else if std::str::from_utf8(bytes).is_ok() {
         collapsed::read(bytes)
+    } else {
+        pprof::read(bytes).map_err(|e| match e {
+            Error::Invalid { .. } => Error::UnknownFormat(
+                "not a jvmprof, pprof or collapsed file (no jvmprof header, not gzip, not text, \
+                 not a pprof message)"
+                    .to_string(),
+            ),
+            e => e,
+        })
     }
 }
 

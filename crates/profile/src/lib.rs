@@ -11,6 +11,7 @@ pub mod error;
 pub mod format;
 pub mod model;
 pub mod native;
+pub mod pprof;
 mod stacks;
 
 #[cfg(test)]

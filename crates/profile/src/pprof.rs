@@ -1,0 +1,584 @@
+//! pprof (`.pb.gz`): the gzipped `perftools.profiles.Profile` message read by `go tool pprof`,
+//! Pyroscope, Grafana and others.
+//!
+//! Every metric is a sample type (`samples`/count, `ns`/nanoseconds, `calls`/count,
+//! `bytecodes`/count, `bytes`/bytes, `objects`/count); the thread is the string label `thread`
+//! (its tid the numeric label `thread_id`) and a known state the label `state`. A frame is a
+//! function (name `package.Class.method`, system name with the JVM descriptor) and a location per
+//! (frame, line). The run's metadata goes into comments `jvmprof.KEY=VALUE`, which [`read`] turns
+//! back into [`Meta`], so `native → pprof → native` keeps everything but frame order details.
+
+use crate::collapsed::frame_from_name;
+use crate::error::{Error, Result};
+use crate::format::{ExportOptions, default_metric};
+use crate::model::*;
+use flate2::Compression;
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use prost::Message;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+
+/// The generated `perftools.profiles` types (from `proto/profile.proto`).
+#[allow(clippy::all, missing_docs)]
+pub mod proto {
+    include!(concat!(env!("OUT_DIR"), "/perftools.profiles.rs"));
+}
+
+const FORMAT: &str = "pprof";
+const COMMENT_PREFIX: &str = "jvmprof.";
+
+/// Interns strings into a pprof string table (index 0 is "").
+struct Strings {
+    table: Vec<String>,
+    ids: HashMap<String, i64>,
+}
+
+impl Strings {
+    fn new() -> Strings {
+        let mut s = Strings {
+            table: Vec::new(),
+            ids: HashMap::new(),
+        };
+        s.id("");
+        s
+    }
+
+    fn id(&mut self, s: &str) -> i64 {
+        if let Some(id) = self.ids.get(s) {
+            return *id;
+        }
+        let id = self.table.len() as i64;
+        self.table.push(s.to_string());
+        self.ids.insert(s.to_string(), id);
+        id
+    }
+}
+
+fn kind_char(kind: FrameKind) -> char {
+    match kind {
+        FrameKind::Java => 'J',
+        FrameKind::Native => 'N',
+        FrameKind::Synthetic => 'S',
+        FrameKind::AllocatedType => 'A',
+        FrameKind::LockClass => 'L',
+    }
+}
+
+fn kind_from_char(c: char) -> Option<FrameKind> {
+    Some(match c {
+        'J' => FrameKind::Java,
+        'N' => FrameKind::Native,
+        'S' => FrameKind::Synthetic,
+        'A' => FrameKind::AllocatedType,
+        'L' => FrameKind::LockClass,
+        _ => return None,
+    })
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn state_from_str(s: &str) -> Option<ThreadState> {
+    Some(match s {
+        "unknown" => ThreadState::Unknown,
+        "running" => ThreadState::Running,
+        "sleeping" => ThreadState::Sleeping,
+        "blocked" => ThreadState::Blocked,
+        "waiting" => ThreadState::Waiting,
+        "timed_waiting" => ThreadState::TimedWaiting,
+        "parked" => ThreadState::Parked,
+        "native" => ThreadState::Native,
+        _ => return None,
+    })
+}
+
+/// Builds the pprof message of `profile`. `options.metric` (else the default metric) becomes the
+/// default sample type; `options.threads` is not needed (threads are labels).
+pub fn to_proto(profile: &Profile, options: &ExportOptions) -> proto::Profile {
+    let mut strings = Strings::new();
+    let meta = &profile.meta;
+    let sample_type = meta
+        .metrics
+        .iter()
+        .map(|m| proto::ValueType {
+            r#type: strings.id(m.as_str()),
+            unit: strings.id(m.unit()),
+        })
+        .collect();
+
+    // One function per frame (same index + 1), one location per frame.
+    let mut function = Vec::with_capacity(profile.frames.len());
+    let mut location = Vec::with_capacity(profile.frames.len());
+    let mut kinds = String::with_capacity(profile.frames.len());
+    for (i, f) in profile.frames.iter().enumerate() {
+        let id = i as u64 + 1;
+        let name = f.name();
+        let system_name = format!("{name}{}", f.descriptor);
+        function.push(proto::Function {
+            id,
+            name: strings.id(&name),
+            system_name: strings.id(&system_name),
+            filename: 0,
+            start_line: 0,
+        });
+        location.push(proto::Location {
+            id,
+            mapping_id: 0,
+            address: 0,
+            line: vec![proto::Line {
+                function_id: id,
+                line: i64::from(f.line),
+                column: 0,
+            }],
+            is_folded: false,
+        });
+        kinds.push(kind_char(f.kind));
+    }
+
+    let thread_key = strings.id("thread");
+    let tid_key = strings.id("thread_id");
+    let state_key = strings.id("state");
+    let sample = profile
+        .samples
+        .iter()
+        .map(|s| {
+            let thread = &profile.threads[s.thread as usize];
+            let mut label = vec![proto::Label {
+                key: thread_key,
+                str: strings.id(&thread.name),
+                num: 0,
+                num_unit: 0,
+            }];
+            if thread.tid != 0 {
+                label.push(proto::Label {
+                    key: tid_key,
+                    str: 0,
+                    num: to_i64(thread.tid),
+                    num_unit: 0,
+                });
+            }
+            if s.state != ThreadState::Unknown {
+                label.push(proto::Label {
+                    key: state_key,
+                    str: strings.id(s.state.as_str()),
+                    num: 0,
+                    num_unit: 0,
+                });
+            }
+            proto::Sample {
+                location_id: profile.stacks[s.stack as usize]
+                    .iter()
+                    .rev()
+                    .map(|f| u64::from(*f) + 1)
+                    .collect(),
+                value: s.values.iter().map(|v| to_i64(*v)).collect(),
+                label,
+            }
+        })
+        .collect();
+
+    let mut comments = vec![
+        format!("modes={}", meta.modes.join(",")),
+        format!("engine={}", meta.engine),
+        format!("jvm_name={}", meta.jvm_name),
+        format!("jvm_version={}", meta.jvm_version),
+        format!("pid={}", meta.pid),
+        format!("command={}", meta.command),
+        format!("start_unix_ms={}", meta.start_unix_ms),
+        format!("duration_ms={}", meta.duration_ms),
+        format!("interval_ns={}", meta.interval_ns),
+        format!("dropped_samples={}", meta.dropped_samples),
+        format!("frame_kinds={kinds}"),
+    ];
+    comments.extend(
+        meta.walk_failures
+            .iter()
+            .map(|(k, v)| format!("walk_failure.{k}={v}")),
+    );
+    comments.extend(meta.extra.iter().map(|(k, v)| format!("extra.{k}={v}")));
+    let comment = comments
+        .iter()
+        .map(|c| strings.id(&format!("{COMMENT_PREFIX}{c}")))
+        .collect();
+
+    let (period_type, period) = if meta.interval_ns > 0 {
+        let event = if meta.modes.iter().any(|m| m == "cpu") {
+            "cpu"
+        } else if meta.modes.iter().any(|m| m == "wall") {
+            "wall"
+        } else {
+            "interval"
+        };
+        (
+            Some(proto::ValueType {
+                r#type: strings.id(event),
+                unit: strings.id("nanoseconds"),
+            }),
+            to_i64(meta.interval_ns),
+        )
+    } else {
+        (None, 0)
+    };
+    let default_sample_type = match options.metric.or_else(|| default_metric(profile)) {
+        Some(m) if meta.metrics.contains(&m) => strings.id(m.as_str()),
+        _ => 0,
+    };
+
+    proto::Profile {
+        sample_type,
+        sample,
+        mapping: Vec::new(),
+        location,
+        function,
+        string_table: strings.table,
+        drop_frames: 0,
+        keep_frames: 0,
+        time_nanos: to_i64(meta.start_unix_ms.saturating_mul(1_000_000)),
+        duration_nanos: to_i64(meta.duration_ms.saturating_mul(1_000_000)),
+        period_type,
+        period,
+        comment,
+        default_sample_type,
+        doc_url: 0,
+    }
+}
+
+/// Writes `profile` as a gzipped pprof message.
+pub fn write(profile: &Profile, options: &ExportOptions, out: impl Write) -> Result<()> {
+    let bytes = to_proto(profile, options).encode_to_vec();
+    let mut gz = GzEncoder::new(out, Compression::default());
+    gz.write_all(&bytes)?;
+    gz.finish()?.flush()?;
+    Ok(())
+}
+
+/// Whether `bytes` (the start of a file) look like gzip, the usual pprof wrapping.
+pub fn sniff_gzip(bytes: &[u8]) -> bool {
+    bytes.starts_with(&[0x1f, 0x8b])
+}
+
+/// Reads a pprof profile, gzipped or not. Made for what [`write`] writes; other pprof files are
+/// read when their sample types are jvmprof metric names (`samples`, `ns`, `calls`, ...) or the
+/// common `cpu`/`wall` (nanoseconds, as `ns`) and their ids and indices are consistent.
+pub fn read(mut input: impl Read) -> Result<Profile> {
+    let mut raw = Vec::new();
+    input.read_to_end(&mut raw)?;
+    let bytes = if sniff_gzip(&raw) {
+        let mut out = Vec::new();
+        if let Err(e) = GzDecoder::new(&raw[..]).read_to_end(&mut out) {
+            return Err(match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => {
+                    Error::truncated(FORMAT, "the gzip data ends early")
+                }
+                _ => Error::invalid(FORMAT, format!("bad gzip data: {e}")),
+            });
+        }
+        out
+    } else {
+        raw
+    };
+    let message = proto::Profile::decode(&bytes[..])
+        .map_err(|e| Error::invalid(FORMAT, format!("not a pprof message: {e}")))?;
+    from_proto(&message)
+}
+
+/// Turns a decoded pprof message into a [`Profile`], checking every id and index.
+pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
+    let bad = |detail: String| Error::invalid(FORMAT, detail);
+    let string = |i: i64, what: &str| -> Result<&str> {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| p.string_table.get(i))
+            .map(String::as_str)
+            .ok_or_else(|| {
+                bad(format!(
+                    "{what} refers to string {i}, past the string table"
+                ))
+            })
+    };
+    if p.string_table.first().is_some_and(|s| !s.is_empty()) {
+        return Err(bad("the string table does not start with \"\"".to_string()));
+    }
+
+    let mut meta = Meta::default();
+    for vt in &p.sample_type {
+        let ty = string(vt.r#type, "a sample type")?;
+        let unit = string(vt.unit, "a sample unit")?;
+        let metric = match (Metric::parse(ty), ty, unit) {
+            (Some(m), _, _) => m,
+            (None, "cpu" | "wall", "nanoseconds") => Metric::Ns,
+            _ => return Err(bad(format!("sample type {ty}/{unit} is no jvmprof metric"))),
+        };
+        if meta.metrics.contains(&metric) {
+            return Err(bad(format!(
+                "two sample types map to the metric {}",
+                metric.as_str()
+            )));
+        }
+        meta.metrics.push(metric);
+    }
+    meta.start_unix_ms = u64::try_from(p.time_nanos).unwrap_or(0) / 1_000_000;
+    meta.duration_ms = u64::try_from(p.duration_nanos).unwrap_or(0) / 1_000_000;
+    meta.interval_ns = u64::try_from(p.period).unwrap_or(0);
+    let mut kinds = String::new();
+    for c in &p.comment {
+        let c = string(*c, "a comment")?;
+        let Some((key, value)) = c
+            .strip_prefix(COMMENT_PREFIX)
+            .and_then(|c| c.split_once('='))
+        else {
+            continue;
+        };
+        let num = || value.parse::<u64>().unwrap_or(0);
+        match key {
+            "modes" => {
+                meta.modes = value
+                    .split(',')
+                    .filter(|m| !m.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            }
+            "engine" => meta.engine = value.to_string(),
+            "jvm_name" => meta.jvm_name = value.to_string(),
+            "jvm_version" => meta.jvm_version = value.to_string(),
+            "pid" => meta.pid = value.parse().unwrap_or(0),
+            "command" => meta.command = value.to_string(),
+            "start_unix_ms" => meta.start_unix_ms = num(),
+            "duration_ms" => meta.duration_ms = num(),
+            "interval_ns" => meta.interval_ns = num(),
+            "dropped_samples" => meta.dropped_samples = num(),
+            "frame_kinds" => kinds = value.to_string(),
+            _ => {
+                if let Some(reason) = key.strip_prefix("walk_failure.") {
+                    meta.walk_failures.insert(reason.to_string(), num());
+                } else if let Some(k) = key.strip_prefix("extra.") {
+                    meta.extra.insert(k.to_string(), value.to_string());
+                }
+            }
+        }
+    }
+    let kinds: Vec<char> = kinds.chars().collect();
+
+    let mut b = ProfileBuilder::new(meta);
+    // Functions by id: (name, descriptor, kind).
+    let mut functions: HashMap<u64, Frame> = HashMap::new();
+    for (i, f) in p.function.iter().enumerate() {
+        let name = string(f.name, "a function name")?;
+        let system = string(f.system_name, "a function system name")?;
+        let mut frame = frame_from_name(name);
+        if let Some(descriptor) = system.strip_prefix(name) {
+            frame.descriptor = descriptor.to_string();
+        }
+        if let Some(kind) = kinds.get(i).and_then(|c| kind_from_char(*c)) {
+            frame.kind = kind;
+            if kind != FrameKind::Java {
+                frame = Frame {
+                    descriptor: frame.descriptor,
+                    ..Frame::synthetic(kind, name)
+                };
+            }
+        }
+        if f.id == 0 || functions.insert(f.id, frame).is_some() {
+            return Err(bad(format!("function id {} is 0 or used twice", f.id)));
+        }
+    }
+    // Locations by id: frame ids, leaf first (inlined functions before their caller).
+    let mut locations: HashMap<u64, Vec<u32>> = HashMap::new();
+    for l in &p.location {
+        let mut frames = Vec::with_capacity(l.line.len());
+        for line in &l.line {
+            let mut frame = functions
+                .get(&line.function_id)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "location {} refers to function {}, which does not exist",
+                        l.id, line.function_id
+                    ))
+                })?
+                .clone();
+            frame.line = u32::try_from(line.line).unwrap_or(0);
+            frames.push(b.frame(frame));
+        }
+        if l.id == 0 || locations.insert(l.id, frames).is_some() {
+            return Err(bad(format!("location id {} is 0 or used twice", l.id)));
+        }
+    }
+    let nmetrics = p.sample_type.len();
+    let mut stack = Vec::new();
+    let mut values = Vec::with_capacity(nmetrics);
+    for (i, s) in p.sample.iter().enumerate() {
+        if s.value.len() != nmetrics {
+            return Err(bad(format!(
+                "sample {i} has {} values but there are {nmetrics} sample types",
+                s.value.len()
+            )));
+        }
+        stack.clear();
+        for id in s.location_id.iter().rev() {
+            let frames = locations.get(id).ok_or_else(|| {
+                bad(format!(
+                    "sample {i} refers to location {id}, which does not exist"
+                ))
+            })?;
+            stack.extend(frames.iter().rev());
+        }
+        let mut thread = Thread::default();
+        let mut state = ThreadState::Unknown;
+        for label in &s.label {
+            match string(label.key, "a label key")? {
+                "thread" => thread.name = string(label.str, "a thread label")?.to_string(),
+                "thread_id" => thread.tid = u64::try_from(label.num).unwrap_or(0),
+                "state" => {
+                    state = state_from_str(string(label.str, "a state label")?)
+                        .unwrap_or(ThreadState::Unknown)
+                }
+                _ => {}
+            }
+        }
+        let thread = b.thread(thread);
+        let stack_id = b.stack(&stack);
+        values.clear();
+        values.extend(s.value.iter().map(|v| u64::try_from(*v).unwrap_or(0)));
+        b.add(thread, stack_id, state, &values);
+    }
+    Ok(b.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdata::{alloc_profile, sample_profile};
+
+    fn encode(p: &Profile) -> Vec<u8> {
+        let mut buf = Vec::new();
+        write(p, &ExportOptions::default(), &mut buf).unwrap();
+        buf
+    }
+
+    fn decode_message(bytes: &[u8]) -> proto::Profile {
+        let mut raw = Vec::new();
+        GzDecoder::new(bytes).read_to_end(&mut raw).unwrap();
+        proto::Profile::decode(&raw[..]).unwrap()
+    }
+
+    #[test]
+    fn message_has_exact_types_labels_and_locations() {
+        let bytes = encode(&sample_profile());
+        assert_eq!(&bytes[..2], &[0x1f, 0x8b]);
+        let m = decode_message(&bytes);
+        let s = |i: i64| m.string_table[i as usize].as_str();
+        assert_eq!(s(0), "");
+        let types: Vec<(&str, &str)> = m
+            .sample_type
+            .iter()
+            .map(|t| (s(t.r#type), s(t.unit)))
+            .collect();
+        assert_eq!(types, [("samples", "count"), ("ns", "nanoseconds")]);
+        assert_eq!(s(m.default_sample_type), "samples");
+        let pt = m.period_type.as_ref().unwrap();
+        assert_eq!(
+            (s(pt.r#type), s(pt.unit), m.period),
+            ("cpu", "nanoseconds", 10_000_000)
+        );
+        assert_eq!(m.time_nanos, 1_700_000_000_000_000_000);
+        assert_eq!(m.duration_nanos, 2_000_000_000);
+        assert_eq!(m.function.len(), 7);
+        assert_eq!(m.location.len(), 7);
+        // Function 2 is App.work (frame 1), with its descriptor in the system name.
+        assert_eq!(s(m.function[1].name), "com.example.App.work");
+        assert_eq!(s(m.function[1].system_name), "com.example.App.work()V");
+        // Frames 1 and 2 are App.work at lines 10 and 12: two locations of different lines.
+        assert_eq!(m.location[1].line[0].line, 10);
+        assert_eq!(m.location[2].line[0].line, 12);
+        assert_eq!(m.location[2].line[0].function_id, 3);
+        assert_eq!(m.sample.len(), 5);
+        // First sample: main; App.main -> App.work:10 -> HashMap.put, leaf first, 3 samples.
+        let first = &m.sample[0];
+        assert_eq!(first.location_id, [4, 2, 1]);
+        assert_eq!(first.value, [3, 30_000_000]);
+        let labels: Vec<(&str, &str, i64)> = first
+            .label
+            .iter()
+            .map(|l| (s(l.key), s(l.str), l.num))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                ("thread", "main", 0),
+                ("thread_id", "", 101),
+                ("state", "running", 0)
+            ]
+        );
+        let comments: Vec<&str> = m.comment.iter().map(|c| s(*c)).collect();
+        assert!(
+            comments.contains(&"jvmprof.walk_failure.gc_active=2"),
+            "{comments:?}"
+        );
+        assert!(
+            comments.contains(&"jvmprof.frame_kinds=JJJJJJN"),
+            "{comments:?}"
+        );
+    }
+
+    #[test]
+    fn round_trip_equals_the_original() {
+        for p in [sample_profile(), alloc_profile(), Profile::default()] {
+            assert_eq!(read(&encode(&p)[..]).unwrap(), p);
+        }
+    }
+
+    #[test]
+    fn reads_uncompressed_messages() {
+        let raw = to_proto(&sample_profile(), &ExportOptions::default()).encode_to_vec();
+        assert_eq!(read(&raw[..]).unwrap(), sample_profile());
+    }
+
+    #[test]
+    fn reader_rejects_inconsistent_messages() {
+        let mut m = to_proto(&sample_profile(), &ExportOptions::default());
+        m.sample[1].location_id.push(99);
+        let e = read(&m.encode_to_vec()[..]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid pprof data: sample 1 refers to location 99, which does not exist"
+        );
+        let mut m = to_proto(&sample_profile(), &ExportOptions::default());
+        m.sample[0].value.pop();
+        let e = read(&m.encode_to_vec()[..]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid pprof data: sample 0 has 1 values but there are 2 sample types"
+        );
+        let mut m = to_proto(&sample_profile(), &ExportOptions::default());
+        m.function[0].name = 10_000;
+        let e = read(&m.encode_to_vec()[..]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid pprof data: a function name refers to string 10000, past the string table"
+        );
+        let e = read(&b"\x1f\x8b\x08\x00garbage"[..]).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("invalid pprof data: bad gzip data")
+                || e.to_string().starts_with("truncated pprof"),
+            "{e}"
+        );
+        let bytes = encode(&sample_profile());
+        let e = read(&bytes[..bytes.len() - 10]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "truncated pprof file: the gzip data ends early"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn reader_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            if let Ok(p) = read(&bytes[..]) {
+                proptest::prop_assert!(p.validate().is_ok());
+            }
+        }
+    }
+}
