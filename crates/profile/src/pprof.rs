@@ -5,8 +5,9 @@
 //! `bytecodes`/count, `bytes`/bytes, `objects`/count); the thread is the string label `thread`
 //! (its tid the numeric label `thread_id`) and a known state the label `state`. A frame is a
 //! function (name `package.Class.method`, system name with the JVM descriptor) and a location per
-//! (frame, line). The run's metadata goes into comments `jvmprof.KEY=VALUE`, which [`read`] turns
-//! back into [`Meta`], so `native → pprof → native` keeps everything but frame order details.
+//! (frame, line), in a mapping named by the frame's kind (`[java]`, `[native]`, ...). The run's
+//! metadata is one comment `jvmprof.meta={json}`, which [`read`] turns back into [`Meta`], so
+//! `native → pprof → native` keeps everything.
 
 use crate::collapsed::frame_from_name;
 use crate::error::{Error, Result};
@@ -26,7 +27,7 @@ pub mod proto {
 }
 
 const FORMAT: &str = "pprof";
-const COMMENT_PREFIX: &str = "jvmprof.";
+const META_COMMENT: &str = "jvmprof.meta=";
 
 /// Interns strings into a pprof string table (index 0 is "").
 struct Strings {
@@ -55,25 +56,18 @@ impl Strings {
     }
 }
 
-fn kind_char(kind: FrameKind) -> char {
-    match kind {
-        FrameKind::Java => 'J',
-        FrameKind::Native => 'N',
-        FrameKind::Synthetic => 'S',
-        FrameKind::AllocatedType => 'A',
-        FrameKind::LockClass => 'L',
-    }
-}
+/// Frames of each kind sit in their own mapping (ids 1 to 5), named by the kind, so a reader can
+/// tell an allocated type from a Java frame of the same name.
+const KINDS: [(FrameKind, &str); 5] = [
+    (FrameKind::Java, "[java]"),
+    (FrameKind::Native, "[native]"),
+    (FrameKind::Synthetic, "[synthetic]"),
+    (FrameKind::AllocatedType, "[allocated type]"),
+    (FrameKind::LockClass, "[lock class]"),
+];
 
-fn kind_from_char(c: char) -> Option<FrameKind> {
-    Some(match c {
-        'J' => FrameKind::Java,
-        'N' => FrameKind::Native,
-        'S' => FrameKind::Synthetic,
-        'A' => FrameKind::AllocatedType,
-        'L' => FrameKind::LockClass,
-        _ => return None,
-    })
+fn kind_mapping_id(kind: FrameKind) -> u64 {
+    KINDS.iter().position(|(k, _)| *k == kind).unwrap_or(0) as u64 + 1
 }
 
 fn to_i64(v: u64) -> i64 {
@@ -111,7 +105,6 @@ pub fn to_proto(profile: &Profile, options: &ExportOptions) -> proto::Profile {
     // One function per frame (same index + 1), one location per frame.
     let mut function = Vec::with_capacity(profile.frames.len());
     let mut location = Vec::with_capacity(profile.frames.len());
-    let mut kinds = String::with_capacity(profile.frames.len());
     for (i, f) in profile.frames.iter().enumerate() {
         let id = i as u64 + 1;
         let name = f.name();
@@ -125,7 +118,7 @@ pub fn to_proto(profile: &Profile, options: &ExportOptions) -> proto::Profile {
         });
         location.push(proto::Location {
             id,
-            mapping_id: 0,
+            mapping_id: kind_mapping_id(f.kind),
             address: 0,
             line: vec![proto::Line {
                 function_id: id,
@@ -134,7 +127,6 @@ pub fn to_proto(profile: &Profile, options: &ExportOptions) -> proto::Profile {
             }],
             is_folded: false,
         });
-        kinds.push(kind_char(f.kind));
     }
 
     let thread_key = strings.id("thread");
@@ -179,29 +171,19 @@ pub fn to_proto(profile: &Profile, options: &ExportOptions) -> proto::Profile {
         })
         .collect();
 
-    let mut comments = vec![
-        format!("modes={}", meta.modes.join(",")),
-        format!("engine={}", meta.engine),
-        format!("jvm_name={}", meta.jvm_name),
-        format!("jvm_version={}", meta.jvm_version),
-        format!("pid={}", meta.pid),
-        format!("command={}", meta.command),
-        format!("start_unix_ms={}", meta.start_unix_ms),
-        format!("duration_ms={}", meta.duration_ms),
-        format!("interval_ns={}", meta.interval_ns),
-        format!("dropped_samples={}", meta.dropped_samples),
-        format!("frame_kinds={kinds}"),
-    ];
-    comments.extend(
-        meta.walk_failures
-            .iter()
-            .map(|(k, v)| format!("walk_failure.{k}={v}")),
-    );
-    comments.extend(meta.extra.iter().map(|(k, v)| format!("extra.{k}={v}")));
-    let comment = comments
+    let mapping = KINDS
         .iter()
-        .map(|c| strings.id(&format!("{COMMENT_PREFIX}{c}")))
+        .map(|(kind, name)| proto::Mapping {
+            id: kind_mapping_id(*kind),
+            filename: strings.id(name),
+            has_functions: true,
+            has_line_numbers: true,
+            ..proto::Mapping::default()
+        })
         .collect();
+    // Serializing plain strings and numbers to JSON cannot fail.
+    let meta_json = serde_json::to_string(meta).unwrap_or_default();
+    let comment = vec![strings.id(&format!("{META_COMMENT}{meta_json}"))];
 
     let (period_type, period) = if meta.interval_ns > 0 {
         let event = if meta.modes.iter().any(|m| m == "cpu") {
@@ -229,7 +211,7 @@ pub fn to_proto(profile: &Profile, options: &ExportOptions) -> proto::Profile {
     proto::Profile {
         sample_type,
         sample,
-        mapping: Vec::new(),
+        mapping,
         location,
         function,
         string_table: strings.table,
@@ -302,7 +284,7 @@ pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
         return Err(bad("the string table does not start with \"\"".to_string()));
     }
 
-    let mut meta = Meta::default();
+    let mut metrics = Vec::with_capacity(p.sample_type.len());
     for vt in &p.sample_type {
         let ty = string(vt.r#type, "a sample type")?;
         let unit = string(vt.unit, "a sample unit")?;
@@ -311,74 +293,50 @@ pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
             (None, "cpu" | "wall", "nanoseconds") => Metric::Ns,
             _ => return Err(bad(format!("sample type {ty}/{unit} is no jvmprof metric"))),
         };
-        if meta.metrics.contains(&metric) {
+        if metrics.contains(&metric) {
             return Err(bad(format!(
                 "two sample types map to the metric {}",
                 metric.as_str()
             )));
         }
-        meta.metrics.push(metric);
+        metrics.push(metric);
     }
-    meta.start_unix_ms = u64::try_from(p.time_nanos).unwrap_or(0) / 1_000_000;
-    meta.duration_ms = u64::try_from(p.duration_nanos).unwrap_or(0) / 1_000_000;
-    meta.interval_ns = u64::try_from(p.period).unwrap_or(0);
-    let mut kinds = String::new();
+    // Without our comment (a foreign pprof file), take what the message itself says.
+    let mut meta = Meta {
+        metrics: metrics.clone(),
+        start_unix_ms: u64::try_from(p.time_nanos).unwrap_or(0) / 1_000_000,
+        duration_ms: u64::try_from(p.duration_nanos).unwrap_or(0) / 1_000_000,
+        interval_ns: u64::try_from(p.period).unwrap_or(0),
+        ..Meta::default()
+    };
     for c in &p.comment {
-        let c = string(*c, "a comment")?;
-        let Some((key, value)) = c
-            .strip_prefix(COMMENT_PREFIX)
-            .and_then(|c| c.split_once('='))
-        else {
-            continue;
-        };
-        let num = || value.parse::<u64>().unwrap_or(0);
-        match key {
-            "modes" => {
-                meta.modes = value
-                    .split(',')
-                    .filter(|m| !m.is_empty())
-                    .map(str::to_string)
-                    .collect()
-            }
-            "engine" => meta.engine = value.to_string(),
-            "jvm_name" => meta.jvm_name = value.to_string(),
-            "jvm_version" => meta.jvm_version = value.to_string(),
-            "pid" => meta.pid = value.parse().unwrap_or(0),
-            "command" => meta.command = value.to_string(),
-            "start_unix_ms" => meta.start_unix_ms = num(),
-            "duration_ms" => meta.duration_ms = num(),
-            "interval_ns" => meta.interval_ns = num(),
-            "dropped_samples" => meta.dropped_samples = num(),
-            "frame_kinds" => kinds = value.to_string(),
-            _ => {
-                if let Some(reason) = key.strip_prefix("walk_failure.") {
-                    meta.walk_failures.insert(reason.to_string(), num());
-                } else if let Some(k) = key.strip_prefix("extra.") {
-                    meta.extra.insert(k.to_string(), value.to_string());
-                }
+        if let Some(json) = string(*c, "a comment")?.strip_prefix(META_COMMENT) {
+            meta = serde_json::from_str::<Meta>(json)
+                .map_err(|e| bad(format!("the jvmprof.meta comment does not decode: {e}")))?;
+            if meta.metrics != metrics {
+                return Err(bad(
+                    "the jvmprof.meta comment does not match the sample types".to_string(),
+                ));
             }
         }
     }
-    let kinds: Vec<char> = kinds.chars().collect();
+    let mut mapping_kinds: HashMap<u64, FrameKind> = HashMap::new();
+    for m in &p.mapping {
+        let name = string(m.filename, "a mapping file name")?;
+        if let Some((kind, _)) = KINDS.iter().find(|(_, n)| *n == name) {
+            mapping_kinds.insert(m.id, *kind);
+        }
+    }
 
     let mut b = ProfileBuilder::new(meta);
-    // Functions by id: (name, descriptor, kind).
+    // Functions by id, as frames of a guessed kind and no line.
     let mut functions: HashMap<u64, Frame> = HashMap::new();
-    for (i, f) in p.function.iter().enumerate() {
+    for f in &p.function {
         let name = string(f.name, "a function name")?;
         let system = string(f.system_name, "a function system name")?;
         let mut frame = frame_from_name(name);
         if let Some(descriptor) = system.strip_prefix(name) {
             frame.descriptor = descriptor.to_string();
-        }
-        if let Some(kind) = kinds.get(i).and_then(|c| kind_from_char(*c)) {
-            frame.kind = kind;
-            if kind != FrameKind::Java {
-                frame = Frame {
-                    descriptor: frame.descriptor,
-                    ..Frame::synthetic(kind, name)
-                };
-            }
         }
         if f.id == 0 || functions.insert(f.id, frame).is_some() {
             return Err(bad(format!("function id {} is 0 or used twice", f.id)));
@@ -399,6 +357,15 @@ pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
                 })?
                 .clone();
             frame.line = u32::try_from(line.line).unwrap_or(0);
+            match mapping_kinds.get(&l.mapping_id) {
+                Some(FrameKind::Java) | None => {}
+                Some(kind) => {
+                    // Non-Java frames keep their whole name in `method`.
+                    frame.method = frame.name();
+                    frame.class.clear();
+                    frame.kind = *kind;
+                }
+            }
             frames.push(b.frame(frame));
         }
         if l.id == 0 || locations.insert(l.id, frames).is_some() {
@@ -511,15 +478,21 @@ mod tests {
                 ("state", "running", 0)
             ]
         );
-        let comments: Vec<&str> = m.comment.iter().map(|c| s(*c)).collect();
-        assert!(
-            comments.contains(&"jvmprof.walk_failure.gc_active=2"),
-            "{comments:?}"
+        assert_eq!(m.comment.len(), 1);
+        assert!(s(m.comment[0]).starts_with("jvmprof.meta={\"modes\":[\"cpu\"],"));
+        let mappings: Vec<(u64, &str)> = m.mapping.iter().map(|m| (m.id, s(m.filename))).collect();
+        assert_eq!(
+            mappings,
+            [
+                (1, "[java]"),
+                (2, "[native]"),
+                (3, "[synthetic]"),
+                (4, "[allocated type]"),
+                (5, "[lock class]")
+            ]
         );
-        assert!(
-            comments.contains(&"jvmprof.frame_kinds=JJJJJJN"),
-            "{comments:?}"
-        );
+        assert_eq!(m.location[0].mapping_id, 1);
+        assert_eq!(m.location[6].mapping_id, 2, "write is a native frame");
     }
 
     #[test]
