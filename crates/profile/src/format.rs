@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{Metric, Profile};
-use crate::{collapsed, native, pprof};
+use crate::{collapsed, native, pprof, speedscope};
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
@@ -174,7 +174,8 @@ pub fn write(
         Format::Native => native::write(profile, &mut out)?,
         Format::Collapsed => collapsed::write(profile, options, &mut out)?,
         Format::Pprof => pprof::write(profile, options, &mut out)?,
-        Format::Html | Format::Speedscope => {
+        Format::Speedscope => speedscope::write(profile, options, &mut out)?,
+        Format::Html => {
             return Err(Error::Export(format!("{format} is not implemented yet")));
         }
     }

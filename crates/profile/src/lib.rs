@@ -12,6 +12,7 @@ pub mod format;
 pub mod model;
 pub mod native;
 pub mod pprof;
+pub mod speedscope;
 mod stacks;
 
 #[cfg(test)]
