@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{Metric, Profile};
-use crate::{collapsed, native, pprof, speedscope};
+use crate::{collapsed, flamegraph, native, pprof, speedscope};
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
@@ -175,9 +175,7 @@ pub fn write(
         Format::Collapsed => collapsed::write(profile, options, &mut out)?,
         Format::Pprof => pprof::write(profile, options, &mut out)?,
         Format::Speedscope => speedscope::write(profile, options, &mut out)?,
-        Format::Html => {
-            return Err(Error::Export(format!("{format} is not implemented yet")));
-        }
+        Format::Html => flamegraph::write(profile, options, &mut out)?,
     }
     Ok(())
 }

@@ -8,6 +8,7 @@
 
 pub mod collapsed;
 pub mod error;
+pub mod flamegraph;
 pub mod format;
 pub mod model;
 pub mod native;

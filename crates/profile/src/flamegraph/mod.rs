@@ -1,0 +1,292 @@
+//! Interactive flame graph (`.html`): one self-contained page, with the JavaScript and CSS of
+//! `template.html` inline and the data embedded as JSON; it loads nothing from the network.
+//!
+//! The root is at the top (an icicle layout), so deep stacks grow down the page. Frames are
+//! drawn on a canvas, coloured by kind (Java green, native orange-red, synthetic grey, allocated
+//! type blue, lock class purple); hover shows name, value, percentage and self value, a click
+//! zooms into a frame, Esc or "Reset zoom" resets, and the search box (substring, or a regular
+//! expression) highlights matching frames and shows the matched share of the total. The data is
+//! the merged call tree (children sorted by name), not the raw stacks, so 100k stacks stay a
+//! few MB and draw quickly.
+
+use crate::error::Result;
+use crate::format::{ExportOptions, resolve_metric};
+use crate::model::{FrameKind, Profile};
+use crate::stacks::named_stacks;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::io::Write;
+
+const TEMPLATE: &str = include_str!("template.html");
+const PLACEHOLDER: &str = "/*DATA*/";
+
+/// The JSON the page reads: names and kinds of frames, and the call tree in depth-first
+/// pre-order as three parallel arrays (name index, inclusive value, depth). Node 0 is the root.
+#[derive(Serialize, Debug, PartialEq)]
+pub(crate) struct Data {
+    pub title: String,
+    pub info: String,
+    pub metric: &'static str,
+    pub unit: &'static str,
+    pub names: Vec<String>,
+    pub kinds: Vec<u8>,
+    pub name: Vec<u32>,
+    pub value: Vec<u64>,
+    pub depth: Vec<u32>,
+}
+
+fn kind_code(kind: FrameKind) -> u8 {
+    match kind {
+        FrameKind::Java => 0,
+        FrameKind::Native => 1,
+        FrameKind::Synthetic => 2,
+        FrameKind::AllocatedType => 3,
+        FrameKind::LockClass => 4,
+    }
+}
+
+#[derive(Default)]
+struct Node {
+    name: u32,
+    value: u64,
+    children: HashMap<u32, usize>,
+}
+
+/// Builds the page data of `profile` for one metric.
+pub(crate) fn data(profile: &Profile, options: &ExportOptions) -> Result<Data> {
+    let metric_index = resolve_metric(profile, options.metric)?;
+    let metric = profile.meta.metrics[metric_index];
+    let stacks = named_stacks(profile, metric_index, options.threads);
+    let mut names = stacks.names;
+    let mut kinds: Vec<u8> = stacks.kinds.into_iter().map(kind_code).collect();
+    let root_name = names.len() as u32;
+    names.push("all".to_string());
+    kinds.push(kind_code(FrameKind::Synthetic));
+
+    // Merge the stacks into a tree.
+    let mut nodes = vec![Node {
+        name: root_name,
+        ..Node::default()
+    }];
+    for (stack, v) in &stacks.stacks {
+        let mut at = 0;
+        nodes[0].value = nodes[0].value.saturating_add(*v);
+        for name in stack {
+            let next = match nodes[at].children.get(name) {
+                Some(child) => *child,
+                None => {
+                    nodes.push(Node {
+                        name: *name,
+                        ..Node::default()
+                    });
+                    let child = nodes.len() - 1;
+                    nodes[at].children.insert(*name, child);
+                    child
+                }
+            };
+            at = next;
+            nodes[at].value = nodes[at].value.saturating_add(*v);
+        }
+    }
+
+    // Flatten in pre-order, children sorted by name (iteratively: stacks can be deep).
+    let mut out = Data {
+        title: title(profile),
+        info: info(profile),
+        metric: metric.as_str(),
+        unit: metric.unit(),
+        names: Vec::new(),
+        kinds,
+        name: Vec::with_capacity(nodes.len()),
+        value: Vec::with_capacity(nodes.len()),
+        depth: Vec::with_capacity(nodes.len()),
+    };
+    let mut todo = vec![(0usize, 0u32)];
+    while let Some((i, depth)) = todo.pop() {
+        let node = &nodes[i];
+        out.name.push(node.name);
+        out.value.push(node.value);
+        out.depth.push(depth);
+        let mut children: Vec<usize> = node.children.values().copied().collect();
+        // Reverse order onto the stack so the smallest name comes out first.
+        children
+            .sort_by(|a, b| names[nodes[*b].name as usize].cmp(&names[nodes[*a].name as usize]));
+        todo.extend(children.into_iter().map(|c| (c, depth + 1)));
+    }
+    out.names = std::mem::take(&mut names);
+    Ok(out)
+}
+
+fn title(profile: &Profile) -> String {
+    if profile.meta.modes.is_empty() {
+        "jvmprof flame graph".to_string()
+    } else {
+        format!("jvmprof {} flame graph", profile.meta.modes.join(","))
+    }
+}
+
+/// One line of context: metric, JVM, pid, duration.
+fn info(profile: &Profile) -> String {
+    let m = &profile.meta;
+    let mut parts = Vec::new();
+    if !m.jvm_name.is_empty() || !m.jvm_version.is_empty() {
+        parts.push(
+            format!("{} {}", m.jvm_name, m.jvm_version)
+                .trim()
+                .to_string(),
+        );
+    }
+    if m.pid != 0 {
+        parts.push(format!("pid {}", m.pid));
+    }
+    if m.duration_ms != 0 {
+        parts.push(format!("{:.1} s", m.duration_ms as f64 / 1000.0));
+    }
+    if m.interval_ns != 0 {
+        parts.push(format!("interval {} ms", m.interval_ns as f64 / 1e6));
+    }
+    parts.join(", ")
+}
+
+/// Writes the flame graph page of `profile` (`options.metric` or the default metric; with
+/// `options.threads` a `[thread name]` frame under the root).
+pub fn write(profile: &Profile, options: &ExportOptions, mut out: impl Write) -> Result<()> {
+    let data = data(profile, options)?;
+    let json = serde_json::to_string(&data).map_err(std::io::Error::from)?;
+    // Inside <script>, "</script" or "<!--" would end or confuse the element: `<` only occurs
+    // in JSON strings, where \u003c means the same.
+    let json = json.replace('<', "\\u003c");
+    let (head, tail) = TEMPLATE
+        .split_once(PLACEHOLDER)
+        .expect("the template has a data placeholder");
+    out.write_all(head.as_bytes())?;
+    out.write_all(json.as_bytes())?;
+    out.write_all(tail.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::*;
+    use crate::testdata::{alloc_profile, sample_profile};
+
+    fn html(p: &Profile, options: &ExportOptions) -> String {
+        let mut buf = Vec::new();
+        write(p, options, &mut buf).unwrap();
+        String::from_utf8(buf).unwrap()
+    }
+
+    #[test]
+    fn tree_is_exact() {
+        let d = data(&sample_profile(), &ExportOptions::default()).unwrap();
+        assert_eq!(d.metric, "samples");
+        assert_eq!(d.unit, "count");
+        assert_eq!(d.title, "jvmprof cpu flame graph");
+        assert_eq!(
+            d.info,
+            "OpenJDK 64-Bit Server VM 21.0.5+11, pid 4242, 2.0 s, interval 10 ms"
+        );
+        let rendered: Vec<(String, u64, u32)> = (0..d.name.len())
+            .map(|i| (d.names[d.name[i] as usize].clone(), d.value[i], d.depth[i]))
+            .collect();
+        assert_eq!(
+            rendered,
+            [
+                ("all".to_string(), 11, 0),
+                ("com.example.App.main".to_string(), 7, 1),
+                ("com.example.App.work".to_string(), 7, 2),
+                ("java.util.HashMap.put".to_string(), 5, 3),
+                ("java.lang.Thread.run".to_string(), 4, 1),
+                ("Outer$Inner.run".to_string(), 4, 2),
+                ("write".to_string(), 4, 3),
+            ]
+        );
+        let kind_of = |name: &str| d.kinds[d.names.iter().position(|n| n == name).unwrap()];
+        assert_eq!(kind_of("write"), 1);
+        assert_eq!(kind_of("all"), 2);
+        assert_eq!(kind_of("java.util.HashMap.put"), 0);
+    }
+
+    #[test]
+    fn threads_and_kinds_of_leaf_types() {
+        let options = ExportOptions {
+            metric: None,
+            threads: true,
+        };
+        let d = data(&alloc_profile(), &options).unwrap();
+        let rendered: Vec<(&str, u64, u32, u8)> = (0..d.name.len())
+            .map(|i| {
+                let n = d.name[i] as usize;
+                (d.names[n].as_str(), d.value[i], d.depth[i], d.kinds[n])
+            })
+            .collect();
+        assert_eq!(
+            rendered,
+            [
+                ("all", 1_053_376, 0, 2),
+                ("[main]", 1_053_376, 1, 2),
+                ("com.example.App.main", 1_053_376, 2, 0),
+                ("byte[]", 1_048_576, 3, 3),
+                ("java.lang.String", 4_800, 3, 3),
+            ]
+        );
+    }
+
+    #[test]
+    fn page_embeds_the_data_and_loads_nothing() {
+        let page = html(&sample_profile(), &ExportOptions::default());
+        assert!(page.starts_with("<!DOCTYPE html>"));
+        assert!(!page.contains(PLACEHOLDER));
+        let start = page
+            .find(r#"<script type="application/json" id="profile-data">"#)
+            .unwrap();
+        let json_start = page[start..].find('>').unwrap() + start + 1;
+        let json_end = page[json_start..].find("</script>").unwrap() + json_start;
+        let v: serde_json::Value = serde_json::from_str(&page[json_start..json_end]).unwrap();
+        assert_eq!(v["value"], serde_json::json!([11, 7, 7, 5, 4, 4, 4]));
+        assert_eq!(v["depth"], serde_json::json!([0, 1, 2, 3, 1, 2, 3]));
+        // Nothing is fetched: no URL at all, no external script, style, font or image.
+        assert!(!page.contains("http"), "the page mentions a URL");
+        assert!(!page.contains("src="));
+        assert!(!page.contains("@import"));
+        assert!(!page.contains("url("));
+    }
+
+    #[test]
+    fn names_cannot_break_out_of_the_script() {
+        let mut b = ProfileBuilder::new(Meta {
+            metrics: vec![Metric::Samples],
+            ..Meta::default()
+        });
+        let f = b.frame(Frame::synthetic(
+            FrameKind::Synthetic,
+            "</script><script>alert(1)",
+        ));
+        let t = b.thread(Thread::default());
+        let s = b.stack(&[f]);
+        b.add(t, s, ThreadState::Running, &[1]);
+        let page = html(&b.finish(), &ExportOptions::default());
+        assert_eq!(
+            page.matches("</script>").count(),
+            2,
+            "only the template's own"
+        );
+        assert!(page.contains(r"\u003c/script>\u003cscript>alert(1)"));
+    }
+
+    #[test]
+    fn empty_profile_still_makes_a_page() {
+        let p = Profile {
+            meta: Meta {
+                metrics: vec![Metric::Samples],
+                ..Meta::default()
+            },
+            ..Profile::default()
+        };
+        let d = data(&p, &ExportOptions::default()).unwrap();
+        assert_eq!(d.value, [0]);
+        assert!(html(&p, &ExportOptions::default()).contains("\"value\":[0]"));
+    }
+}
