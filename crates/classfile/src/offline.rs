@@ -1,0 +1,1 @@
+//! Offline instrumentation (placeholder).
