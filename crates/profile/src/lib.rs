@@ -13,6 +13,7 @@ pub mod format;
 pub mod model;
 pub mod native;
 pub mod pprof;
+pub mod report;
 pub mod speedscope;
 mod stacks;
 
@@ -22,3 +23,4 @@ mod testdata;
 pub use error::{Error, Result};
 pub use format::{ExportOptions, Format, default_metric, read_any, read_bytes, write};
 pub use model::*;
+pub use report::ReportOptions;
