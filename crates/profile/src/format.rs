@@ -208,3 +208,175 @@ pub fn read_any(path: impl AsRef<Path>) -> Result<Profile> {
     let bytes = std::fs::read(path).map_err(|e| Error::Io(e).in_file(path))?;
     read_bytes(&bytes).map_err(|e| e.in_file(path))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdata::sample_profile;
+    use std::path::PathBuf;
+
+    #[test]
+    fn formats_by_extension() {
+        let cases = [
+            ("out.jvmprof", Format::Native),
+            ("dir.x/out.collapsed", Format::Collapsed),
+            ("OUT.TXT", Format::Collapsed),
+            ("flame.html", Format::Html),
+            ("cpu.pb.gz", Format::Pprof),
+            ("a.speedscope.json", Format::Speedscope),
+        ];
+        for (path, format) in cases {
+            assert_eq!(
+                Format::from_path(Path::new(path)).unwrap(),
+                format,
+                "{path}"
+            );
+        }
+        let e = Format::from_path(Path::new("/tmp/out.json")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/tmp/out.json: unknown format: no format for this file name (use .jvmprof, \
+             .collapsed, .txt, .html, .pb.gz or .speedscope.json, or --format)"
+        );
+        assert!(Format::from_path(Path::new("out.gz")).is_err());
+    }
+
+    #[test]
+    fn formats_by_name() {
+        for f in Format::ALL {
+            assert_eq!(Format::parse(f.name()).unwrap(), f);
+            assert_eq!(Format::parse(f.extension()).unwrap(), f);
+            assert_eq!(f.to_string().parse::<Format>().unwrap(), f);
+            let path = format!("x.{}", f.extension());
+            assert_eq!(Format::from_path(Path::new(&path)).unwrap(), f);
+        }
+        assert_eq!(Format::parse("HTML").unwrap(), Format::Html);
+        assert_eq!(
+            Format::parse("svg").unwrap_err().to_string(),
+            "unknown format: \"svg\" (known: jvmprof, collapsed, html, pprof, speedscope)"
+        );
+    }
+
+    #[test]
+    fn default_metric_by_mode() {
+        let mut p = sample_profile();
+        assert_eq!(default_metric(&p), Some(Metric::Samples));
+        p.meta.modes = vec!["exact".into()];
+        p.meta.metrics = vec![Metric::Bytecodes, Metric::Calls];
+        assert_eq!(default_metric(&p), Some(Metric::Calls));
+        p.meta.modes = vec!["alloc".into()];
+        p.meta.metrics = vec![Metric::Objects, Metric::Bytes];
+        assert_eq!(default_metric(&p), Some(Metric::Bytes));
+        p.meta.modes = vec!["lock".into()];
+        p.meta.metrics = vec![Metric::Samples, Metric::Ns];
+        assert_eq!(default_metric(&p), Some(Metric::Ns));
+        p.meta.modes = vec![];
+        p.meta.metrics = vec![Metric::Objects];
+        assert_eq!(default_metric(&p), Some(Metric::Objects));
+        p.meta.metrics = vec![];
+        assert_eq!(default_metric(&p), None);
+    }
+
+    fn temp_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("jvmprof-profile-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn read_any_recognizes_content_not_extension() {
+        let dir = temp_dir();
+        let p = sample_profile();
+        let options = ExportOptions::default();
+        for (format, file) in [
+            (Format::Native, "native.txt"),
+            (Format::Pprof, "pprof.jvmprof"),
+            (Format::Collapsed, "collapsed.pb.gz"),
+        ] {
+            let path = dir.join(file);
+            let mut bytes = Vec::new();
+            write(&p, format, &options, &mut bytes).unwrap();
+            std::fs::write(&path, &bytes).unwrap();
+            let back = read_any(&path).unwrap();
+            if format == Format::Collapsed {
+                assert_eq!(
+                    collapsed::to_string(&back, &options).unwrap(),
+                    collapsed::to_string(&p, &options).unwrap()
+                );
+            } else {
+                assert_eq!(back, p, "{format}");
+            }
+        }
+        // Uncompressed pprof.
+        let path = dir.join("raw.pb");
+        let raw = prost::Message::encode_to_vec(&pprof::to_proto(&p, &options));
+        std::fs::write(&path, raw).unwrap();
+        assert_eq!(read_any(&path).unwrap(), p);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn read_errors_name_the_file() {
+        let dir = temp_dir().join("errors");
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("missing.jvmprof");
+        let e = read_any(&missing).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{}: I/O error: ", missing.display())),
+            "{e}"
+        );
+        let binary = dir.join("garbage.bin");
+        std::fs::write(&binary, [0xff, 0xfe, 0x00, 0x12, 0x80]).unwrap();
+        assert_eq!(
+            read_any(&binary).unwrap_err().to_string(),
+            format!(
+                "{}: unknown format: not a jvmprof, pprof or collapsed file (no jvmprof header, \
+                 not gzip, not text, not a pprof message)",
+                binary.display()
+            )
+        );
+        let truncated = dir.join("cut.jvmprof");
+        let mut bytes = Vec::new();
+        native::write(&sample_profile(), &mut bytes).unwrap();
+        std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+        assert!(
+            read_any(&truncated)
+                .unwrap_err()
+                .to_string()
+                .starts_with(&format!("{}: truncated jvmprof file", truncated.display()))
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_format_writes() {
+        let p = sample_profile();
+        for format in Format::ALL {
+            let mut bytes = Vec::new();
+            write(&p, format, &ExportOptions::default(), &mut bytes).unwrap();
+            assert!(bytes.len() > 50, "{format}: {} bytes", bytes.len());
+        }
+        let e = write(
+            &p,
+            Format::Html,
+            &ExportOptions {
+                metric: Some(Metric::Bytes),
+                threads: false,
+            },
+            Vec::new(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot export: the profile has no `bytes` metric (it has: samples, ns)"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn read_bytes_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            let _ = read_bytes(&bytes);
+        }
+    }
+}
