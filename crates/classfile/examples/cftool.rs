@@ -125,6 +125,13 @@ fn main() {
                 });
             }
         }
-        _ => eprintln!("usage: cftool roundtrip DIR | rewrite PASS IN OUT | bench DIR"),
+        "runtime" => {
+            for (rel, bytes) in jvmprof_classfile::runtime::CLASSES {
+                let dest = Path::new(&args[2]).join(rel);
+                std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+                std::fs::write(dest, bytes).unwrap();
+            }
+        }
+        _ => eprintln!("usage: cftool roundtrip DIR | rewrite PASS IN OUT | bench DIR | runtime OUTDIR"),
     }
 }

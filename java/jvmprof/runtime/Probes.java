@@ -1,0 +1,120 @@
+package jvmprof.runtime;
+
+import java.io.*;
+import java.nio.charset.StandardCharsets;
+import java.util.*;
+
+/**
+ * The probes that offline-instrumented code calls (jvmprof instrument). Each thread keeps a
+ * calling-context tree: enter(id) descends to the child for method id and counts a call,
+ * exit(id) climbs back, block(n) adds n bytecodes to the current context. At JVM exit the trees
+ * are written in collapsed format ("a;b;c value" per line) to the file named by the system
+ * property jvmprof.output (default: standard error). jvmprof.value=bytecodes picks bytecode
+ * counts instead of calls. Method names come from the resource jvmprof/runtime/methods.txt
+ * (line i is method id i), written by the instrumenter.
+ */
+public final class Probes {
+    private Probes() {}
+
+    static final class Node {
+        final int method;
+        final Node parent;
+        final HashMap<Integer, Node> children = new HashMap<>();
+        long calls;
+        long bytecodes;
+
+        Node(int method, Node parent) {
+            this.method = method;
+            this.parent = parent;
+        }
+
+        Node child(int id) {
+            Node n = children.get(id);
+            if (n == null) {
+                n = new Node(id, this);
+                children.put(id, n);
+            }
+            return n;
+        }
+    }
+
+    private static final List<Node> ROOTS = new ArrayList<>();
+    private static final ThreadLocal<Node[]> CURRENT = ThreadLocal.withInitial(() -> {
+        Node root = new Node(-1, null);
+        synchronized (ROOTS) {
+            ROOTS.add(root);
+        }
+        return new Node[] {root};
+    });
+
+    static {
+        Runtime.getRuntime().addShutdownHook(new Thread(Probes::dump, "jvmprof-dump"));
+    }
+
+    public static void enter(int methodId) {
+        Node[] cur = CURRENT.get();
+        Node n = cur[0].child(methodId);
+        n.calls++;
+        cur[0] = n;
+    }
+
+    public static void exit(int methodId) {
+        Node[] cur = CURRENT.get();
+        Node n = cur[0];
+        while (n.parent != null && n.method != methodId) n = n.parent;
+        if (n.parent != null) cur[0] = n.parent;
+    }
+
+    public static void block(int count) {
+        CURRENT.get()[0].bytecodes += count;
+    }
+
+    private static String[] names() {
+        List<String> l = new ArrayList<>();
+        try (InputStream in = Probes.class.getResourceAsStream("methods.txt")) {
+            if (in != null) {
+                BufferedReader r = new BufferedReader(new InputStreamReader(in, StandardCharsets.UTF_8));
+                for (String s; (s = r.readLine()) != null; ) l.add(s);
+            }
+        } catch (IOException e) {
+            // names stay numeric
+        }
+        return l.toArray(new String[0]);
+    }
+
+    private static void dump() {
+        boolean bytecodes = "bytecodes".equals(System.getProperty("jvmprof.value"));
+        String[] names = names();
+        Map<String, Long> lines = new TreeMap<>();
+        synchronized (ROOTS) {
+            for (Node root : ROOTS) collect(root, "", names, bytecodes, lines);
+        }
+        StringBuilder sb = new StringBuilder();
+        for (Map.Entry<String, Long> e : lines.entrySet()) sb.append(e.getKey()).append(' ').append(e.getValue()).append('\n');
+        String out = System.getProperty("jvmprof.output");
+        try {
+            if (out == null) {
+                System.err.print(sb);
+            } else {
+                try (Writer w = new OutputStreamWriter(new FileOutputStream(out), StandardCharsets.UTF_8)) {
+                    w.write(sb.toString());
+                }
+            }
+        } catch (IOException e) {
+            System.err.println("jvmprof: cannot write " + out + ": " + e);
+        }
+    }
+
+    private static void collect(Node n, String path, String[] names, boolean bytecodes, Map<String, Long> lines) {
+        String p = path;
+        if (n.method >= 0) {
+            String name = n.method < names.length ? names[n.method] : ("method#" + n.method);
+            p = path.isEmpty() ? name : path + ";" + name;
+        } else {
+            p = "[all]";
+        }
+        long v = bytecodes ? n.bytecodes : n.calls;
+        if (v > 0) lines.merge(p, v, Long::sum);
+        for (Node c : new ArrayList<>(n.children.values())) collect(c, p, names, bytecodes, lines);
+    }
+}
