@@ -289,4 +289,88 @@ mod tests {
         assert_eq!(d.value, [0]);
         assert!(html(&p, &ExportOptions::default()).contains("\"value\":[0]"));
     }
+
+    /// Runs the page's script in Node (`harness.js` fakes the DOM and canvas) and checks what it
+    /// draws and shows on hover, click, Esc and search. Skipped when `node` is not installed.
+    #[test]
+    fn page_script_behaves() {
+        if std::process::Command::new("node")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            eprintln!("node not found: skipping the flame graph script test");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("jvmprof-flamegraph-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let page = dir.join("page.html");
+        std::fs::write(&page, html(&sample_profile(), &ExportOptions::default())).unwrap();
+        let harness = concat!(env!("CARGO_MANIFEST_DIR"), "/src/flamegraph/harness.js");
+        let output = std::process::Command::new("node")
+            .arg(harness)
+            .arg(&page)
+            .output()
+            .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "node failed: {stderr}");
+        let lines: Vec<serde_json::Value> = String::from_utf8(output.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let full = serde_json::json!([
+            [0, 0, 1100, "plain"],
+            [0, 1, 700, "plain"],
+            [700, 1, 400, "plain"],
+            [0, 2, 700, "plain"],
+            [700, 2, 400, "plain"],
+            [0, 3, 500, "plain"],
+            [700, 3, 400, "plain"]
+        ]);
+        assert_eq!(lines[0]["what"], "start");
+        assert_eq!(lines[0]["title"], "jvmprof cpu flame graph");
+        assert_eq!(lines[0]["rects"], full);
+        assert_eq!(
+            lines[0]["labels"],
+            serde_json::json!([
+                "all",
+                "com.example.App.main",
+                "java.lang.Thread.run",
+                "com.example.App.work",
+                "Outer$Inner.run",
+                "java.util.HashMap.put",
+                "write"
+            ])
+        );
+        assert_eq!(
+            lines[1]["tip"],
+            "java.util.HashMap.put\n5 samples (45.45% of all)\nself: 5 samples (45.45%)"
+        );
+        assert_eq!(lines[1]["shown"], "block");
+        // Zoomed into java.lang.Thread.run: the root is faded, the subtree spans the width.
+        assert_eq!(
+            lines[2]["rects"],
+            serde_json::json!([
+                [0, 0, 1100, "faded"],
+                [0, 1, 1100, "plain"],
+                [0, 2, 1100, "plain"],
+                [0, 3, 1100, "plain"]
+            ])
+        );
+        assert_eq!(
+            lines[3]["tip"],
+            "write\n4 samples (36.36% of all, 100.00% of zoomed)\nself: 4 samples (36.36%)"
+        );
+        assert_eq!(lines[4]["rects"], full, "Esc resets the zoom");
+        assert_eq!(lines[5]["matched"], "Matched: 7 samples (63.64%)");
+        assert_eq!(
+            lines[5]["rects"][3],
+            serde_json::json!([0, 2, 700, "match"])
+        );
+        assert_eq!(lines[6]["matched"], "Matched: 9 samples (81.82%)");
+        assert_eq!(lines[7]["matched"], "bad regex");
+        assert_eq!(lines.len(), 8);
+    }
 }
