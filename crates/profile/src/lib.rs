@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod collapsed;
+pub mod diff;
 pub mod error;
 pub mod flamegraph;
 pub mod format;

@@ -85,3 +85,65 @@ pub(crate) fn named_stacks(profile: &Profile, metric: usize, threads: bool) -> N
     out.stacks = stacks;
     out
 }
+
+/// Rendered stacks of two profiles in one name table, for differential views.
+#[derive(Debug, Default)]
+pub(crate) struct PairedStacks {
+    pub names: Vec<String>,
+    pub kinds: Vec<FrameKind>,
+    /// (name indices root first, base value, new value), sorted by rendered text; stacks that
+    /// are 0 in both are left out.
+    pub stacks: Vec<(Vec<u32>, u64, u64)>,
+}
+
+/// Renders both profiles' stacks (see [`named_stacks`]) into one name table and pairs their
+/// values per rendered stack.
+pub(crate) fn paired_stacks(
+    base: &Profile,
+    base_metric: usize,
+    new: &Profile,
+    new_metric: usize,
+    threads: bool,
+) -> PairedStacks {
+    let b = named_stacks(base, base_metric, threads);
+    let n = named_stacks(new, new_metric, threads);
+    let mut names = n.names;
+    let mut kinds = n.kinds;
+    let mut ids: HashMap<String, u32> = names
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.clone(), i as u32))
+        .collect();
+    let remap: Vec<u32> = b
+        .names
+        .into_iter()
+        .zip(b.kinds)
+        .map(|(name, kind)| {
+            *ids.entry(name).or_insert_with_key(|name| {
+                names.push(name.clone());
+                kinds.push(kind);
+                (names.len() - 1) as u32
+            })
+        })
+        .collect();
+    let mut values: HashMap<Vec<u32>, (u64, u64)> = HashMap::new();
+    for (stack, v) in n.stacks {
+        values.entry(stack).or_default().1 = v;
+    }
+    for (stack, v) in b.stacks {
+        let stack: Vec<u32> = stack.iter().map(|i| remap[*i as usize]).collect();
+        values.entry(stack).or_default().0 = v;
+    }
+    let mut stacks: Vec<(Vec<u32>, u64, u64)> =
+        values.into_iter().map(|(s, (b, n))| (s, b, n)).collect();
+    stacks.sort_by(|(a, _, _), (b, _, _)| {
+        let a = a.iter().map(|i| names[*i as usize].as_str());
+        let b = b.iter().map(|i| names[*i as usize].as_str());
+        a.cmp(b)
+    });
+    PairedStacks {
+        names,
+        kinds,
+        stacks,
+    }
+}

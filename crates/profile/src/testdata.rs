@@ -94,3 +94,21 @@ pub fn alloc_profile() -> Profile {
     b.add(t, s1, ThreadState::Running, &[4_800, 200]);
     b.finish()
 }
+
+/// The sample profile after a change: HashMap.put got cheaper, a new method appeared.
+pub fn changed_profile() -> Profile {
+    let mut b = ProfileBuilder::new(sample_profile().meta);
+    let main_ = b.frame(Frame::java("com.example.App", "main", "", 7));
+    let work = b.frame(Frame::java("com.example.App", "work", "", 99));
+    let put = b.frame(Frame::java("java.util.HashMap", "put", "", 1));
+    let sort = b.frame(Frame::java("java.util.Arrays", "sort", "", 1));
+    let t = b.thread(Thread {
+        tid: 5,
+        name: "main".into(),
+    });
+    let s0 = b.stack(&[main_, work, put]);
+    let s1 = b.stack(&[main_, work, sort]);
+    b.add(t, s0, ThreadState::Running, &[1, 10]);
+    b.add(t, s1, ThreadState::Running, &[9, 90]);
+    b.finish()
+}

@@ -18,7 +18,7 @@ function element(id) {
   const listeners = {};
   return {
     id, listeners, style: {}, textContent: id === "profile-data" ? json : "", className: "",
-    value: "", checked: false, offsetWidth: 100, offsetHeight: 20,
+    value: "", checked: false, hidden: id === "diff-legend", offsetWidth: 100, offsetHeight: 20,
     clientWidth: WIDTH,
     addEventListener(type, fn) { listeners[type] = fn; },
     getBoundingClientRect() { return { left: 0, top: 0 }; },
@@ -56,7 +56,11 @@ function out(what, extra) {
 function rects() {
   return drawn.filter(r => r.w > 0).map(r => [r.x, r.y / 16, r.w, r.fill === "#ee00ee" ? "match" : r.alpha < 1 ? "faded" : "plain"]);
 }
-out("start", { title: document.title, info: elements.info.textContent, rects: rects(), labels });
+out("start", {
+  title: document.title, info: elements.info.textContent, rects: rects(), labels,
+  fills: drawn.filter(r => r.w > 0).map(r => r.fill),
+  diffLegend: !document.getElementById("diff-legend").hidden,
+});
 // Hover over the frame in row 3 (depth 3) near the left edge.
 canvas.listeners.mousemove({ clientX: 10, clientY: 3 * 16 + 5 });
 out("hover", { tip: elements.tip.textContent, shown: elements.tip.style.display });

@@ -11,8 +11,9 @@
 
 use crate::error::Result;
 use crate::format::{ExportOptions, resolve_metric};
+use crate::model::Metric;
 use crate::model::{FrameKind, Profile};
-use crate::stacks::named_stacks;
+use crate::stacks::{named_stacks, paired_stacks};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::Write;
@@ -33,6 +34,9 @@ pub(crate) struct Data {
     pub name: Vec<u32>,
     pub value: Vec<u64>,
     pub depth: Vec<u32>,
+    /// Differential graphs only: each node's value in the base profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base: Option<Vec<u64>>,
 }
 
 fn kind_code(kind: FrameKind) -> u8 {
@@ -49,6 +53,7 @@ fn kind_code(kind: FrameKind) -> u8 {
 struct Node {
     name: u32,
     value: u64,
+    base: u64,
     children: HashMap<u32, usize>,
 }
 
@@ -57,35 +62,65 @@ pub(crate) fn data(profile: &Profile, options: &ExportOptions) -> Result<Data> {
     let metric_index = resolve_metric(profile, options.metric)?;
     let metric = profile.meta.metrics[metric_index];
     let stacks = named_stacks(profile, metric_index, options.threads);
-    let mut names = stacks.names;
-    let mut kinds: Vec<u8> = stacks.kinds.into_iter().map(kind_code).collect();
+    let entries = stacks.stacks.iter().map(|(s, v)| (s.as_slice(), *v, 0));
+    Ok(tree(
+        stacks.names,
+        &stacks.kinds,
+        entries,
+        false,
+        metric,
+        profile,
+    ))
+}
+
+/// Builds the page data of a differential flame graph: widths from `new`, colours from the
+/// change of each frame's share between `base` and `new`.
+pub(crate) fn diff_data(base: &Profile, new: &Profile, options: &ExportOptions) -> Result<Data> {
+    let (metric, bi, ni) = crate::diff::metric_indices(base, new, options.metric)?;
+    let paired = paired_stacks(base, bi, new, ni, options.threads);
+    let entries = paired.stacks.iter().map(|(s, b, n)| (s.as_slice(), *n, *b));
+    let mut data = tree(paired.names, &paired.kinds, entries, true, metric, new);
+    data.title = format!("jvmprof differential flame graph ({})", metric.as_str());
+    Ok(data)
+}
+
+/// Merges stacks (names root first, value, base value) into the call tree and flattens it.
+fn tree<'a>(
+    mut names: Vec<String>,
+    kinds: &[FrameKind],
+    entries: impl Iterator<Item = (&'a [u32], u64, u64)>,
+    with_base: bool,
+    metric: Metric,
+    profile: &Profile,
+) -> Data {
+    let mut kinds: Vec<u8> = kinds.iter().map(|k| kind_code(*k)).collect();
     let root_name = names.len() as u32;
     names.push("all".to_string());
     kinds.push(kind_code(FrameKind::Synthetic));
 
-    // Merge the stacks into a tree.
     let mut nodes = vec![Node {
         name: root_name,
         ..Node::default()
     }];
-    for (stack, v) in &stacks.stacks {
+    for (stack, v, base) in entries {
         let mut at = 0;
-        nodes[0].value = nodes[0].value.saturating_add(*v);
-        for name in stack {
-            let next = match nodes[at].children.get(name) {
-                Some(child) => *child,
-                None => {
-                    nodes.push(Node {
-                        name: *name,
-                        ..Node::default()
-                    });
-                    let child = nodes.len() - 1;
-                    nodes[at].children.insert(*name, child);
-                    child
-                }
-            };
-            at = next;
-            nodes[at].value = nodes[at].value.saturating_add(*v);
+        for name in std::iter::once(&root_name).chain(stack) {
+            if *name != root_name || at != 0 {
+                at = match nodes[at].children.get(name) {
+                    Some(child) => *child,
+                    None => {
+                        nodes.push(Node {
+                            name: *name,
+                            ..Node::default()
+                        });
+                        let child = nodes.len() - 1;
+                        nodes[at].children.insert(*name, child);
+                        child
+                    }
+                };
+            }
+            nodes[at].value = nodes[at].value.saturating_add(v);
+            nodes[at].base = nodes[at].base.saturating_add(base);
         }
     }
 
@@ -100,6 +135,7 @@ pub(crate) fn data(profile: &Profile, options: &ExportOptions) -> Result<Data> {
         name: Vec::with_capacity(nodes.len()),
         value: Vec::with_capacity(nodes.len()),
         depth: Vec::with_capacity(nodes.len()),
+        base: with_base.then(|| Vec::with_capacity(nodes.len())),
     };
     let mut todo = vec![(0usize, 0u32)];
     while let Some((i, depth)) = todo.pop() {
@@ -107,14 +143,17 @@ pub(crate) fn data(profile: &Profile, options: &ExportOptions) -> Result<Data> {
         out.name.push(node.name);
         out.value.push(node.value);
         out.depth.push(depth);
+        if let Some(base) = &mut out.base {
+            base.push(node.base);
+        }
         let mut children: Vec<usize> = node.children.values().copied().collect();
         // Reverse order onto the stack so the smallest name comes out first.
         children
             .sort_by(|a, b| names[nodes[*b].name as usize].cmp(&names[nodes[*a].name as usize]));
         todo.extend(children.into_iter().map(|c| (c, depth + 1)));
     }
-    out.names = std::mem::take(&mut names);
-    Ok(out)
+    out.names = names;
+    out
 }
 
 fn title(profile: &Profile) -> String {
@@ -150,9 +189,24 @@ fn info(profile: &Profile) -> String {
 
 /// Writes the flame graph page of `profile` (`options.metric` or the default metric; with
 /// `options.threads` a `[thread name]` frame under the root).
-pub fn write(profile: &Profile, options: &ExportOptions, mut out: impl Write) -> Result<()> {
-    let data = data(profile, options)?;
-    let json = serde_json::to_string(&data).map_err(std::io::Error::from)?;
+pub fn write(profile: &Profile, options: &ExportOptions, out: impl Write) -> Result<()> {
+    page(&data(profile, options)?, out)
+}
+
+/// Writes a differential flame graph: frames as wide as in `new`, red where their share of the
+/// total grew since `base`, blue where it shrank; hover shows both values. Stacks only in `base`
+/// have no width and are not drawn (the text diff lists them).
+pub fn write_diff(
+    base: &Profile,
+    new: &Profile,
+    options: &ExportOptions,
+    out: impl Write,
+) -> Result<()> {
+    page(&diff_data(base, new, options)?, out)
+}
+
+fn page(data: &Data, mut out: impl Write) -> Result<()> {
+    let json = serde_json::to_string(data).map_err(std::io::Error::from)?;
     // Inside <script>, "</script" or "<!--" would end or confuse the element: `<` only occurs
     // in JSON strings, where \u003c means the same.
     let json = json.replace('<', "\\u003c");
@@ -170,7 +224,7 @@ pub fn write(profile: &Profile, options: &ExportOptions, mut out: impl Write) ->
 mod tests {
     use super::*;
     use crate::model::*;
-    use crate::testdata::{alloc_profile, sample_profile};
+    use crate::testdata::{alloc_profile, changed_profile, sample_profile};
 
     fn html(p: &Profile, options: &ExportOptions) -> String {
         let mut buf = Vec::new();
@@ -290,22 +344,24 @@ mod tests {
         assert!(html(&p, &ExportOptions::default()).contains("\"value\":[0]"));
     }
 
-    /// Runs the page's script in Node (`harness.js` fakes the DOM and canvas) and checks what it
-    /// draws and shows on hover, click, Esc and search. Skipped when `node` is not installed.
-    #[test]
-    fn page_script_behaves() {
+    /// Runs `harness.js` on a page; `None` when node is not installed.
+    fn run_harness(page_html: &str) -> Option<Vec<serde_json::Value>> {
         if std::process::Command::new("node")
             .arg("--version")
             .output()
             .is_err()
         {
             eprintln!("node not found: skipping the flame graph script test");
-            return;
+            return None;
         }
-        let dir = std::env::temp_dir().join(format!("jvmprof-flamegraph-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "jvmprof-flamegraph-{}-{}",
+            std::process::id(),
+            page_html.len()
+        ));
         std::fs::create_dir_all(&dir).unwrap();
         let page = dir.join("page.html");
-        std::fs::write(&page, html(&sample_profile(), &ExportOptions::default())).unwrap();
+        std::fs::write(&page, page_html).unwrap();
         let harness = concat!(env!("CARGO_MANIFEST_DIR"), "/src/flamegraph/harness.js");
         let output = std::process::Command::new("node")
             .arg(harness)
@@ -315,11 +371,89 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "node failed: {stderr}");
-        let lines: Vec<serde_json::Value> = String::from_utf8(output.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
+        Some(
+            String::from_utf8(output.stdout)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn diff_tree_is_exact() {
+        let d = diff_data(
+            &sample_profile(),
+            &changed_profile(),
+            &ExportOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(d.title, "jvmprof differential flame graph (samples)");
+        let rendered: Vec<(&str, u64, u64, u32)> = (0..d.name.len())
+            .map(|i| {
+                let n = d.name[i] as usize;
+                (
+                    d.names[n].as_str(),
+                    d.value[i],
+                    d.base.as_ref().unwrap()[i],
+                    d.depth[i],
+                )
+            })
             .collect();
+        assert_eq!(
+            rendered,
+            [
+                ("all", 10, 11, 0),
+                ("com.example.App.main", 10, 7, 1),
+                ("com.example.App.work", 10, 7, 2),
+                ("java.util.Arrays.sort", 9, 0, 3),
+                ("java.util.HashMap.put", 1, 5, 3),
+                ("java.lang.Thread.run", 0, 4, 1),
+                ("Outer$Inner.run", 0, 4, 2),
+                ("write", 0, 4, 3),
+            ]
+        );
+        assert!(
+            data(&sample_profile(), &ExportOptions::default())
+                .unwrap()
+                .base
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn diff_page_colours_by_change() {
+        let mut buf = Vec::new();
+        write_diff(
+            &sample_profile(),
+            &changed_profile(),
+            &ExportOptions::default(),
+            &mut buf,
+        )
+        .unwrap();
+        let Some(lines) = run_harness(&String::from_utf8(buf).unwrap()) else {
+            return;
+        };
+        assert_eq!(lines[0]["diffLegend"], true);
+        // The root did not change its share (white); Arrays.sort grew most (full red).
+        assert_eq!(lines[0]["fills"][0], "rgb(245,245,245)");
+        assert_eq!(lines[0]["fills"][3], "rgb(220,60,60)");
+        assert_eq!(lines[0]["fills"][4], "rgb(172,184,235)");
+        assert_eq!(
+            lines[1]["tip"],
+            "java.util.Arrays.sort\n9 samples (90.00% of all)\nself: 9 samples (90.00%)\n\
+             base: 0 samples (0.00%), change +90.00 pp"
+        );
+    }
+
+    /// Runs the page's script in Node (`harness.js` fakes the DOM and canvas) and checks what it
+    /// draws and shows on hover, click, Esc and search. Skipped when `node` is not installed.
+    #[test]
+    fn page_script_behaves() {
+        let page = html(&sample_profile(), &ExportOptions::default());
+        let Some(lines) = run_harness(&page) else {
+            return;
+        };
         let full = serde_json::json!([
             [0, 0, 1100, "plain"],
             [0, 1, 700, "plain"],
@@ -331,6 +465,11 @@ mod tests {
         ]);
         assert_eq!(lines[0]["what"], "start");
         assert_eq!(lines[0]["title"], "jvmprof cpu flame graph");
+        assert_eq!(lines[0]["diffLegend"], false);
+        assert_eq!(
+            lines[0]["fills"][6], "rgb(227,110,77)",
+            "write is native (orange-red)"
+        );
         assert_eq!(lines[0]["rects"], full);
         assert_eq!(
             lines[0]["labels"],
