@@ -41,9 +41,14 @@ fn main() {
     let mut files = Vec::new();
     collect(&classes, &classes, &mut files);
     files.sort();
-    let mut code = String::from("/// (path in a jar, class bytes) of the runtime classes.\npub const CLASSES: &[(&str, &[u8])] = &[\n");
+    let mut code = String::from(
+        "/// (path in a jar, class bytes) of the runtime classes.\npub const CLASSES: &[(&str, &[u8])] = &[\n",
+    );
     for (rel, abs) in files {
-        code.push_str(&format!("    ({rel:?}, include_bytes!({:?})),\n", abs.display().to_string()));
+        code.push_str(&format!(
+            "    ({rel:?}, include_bytes!({:?})),\n",
+            abs.display().to_string()
+        ));
     }
     code.push_str("];\n");
     std::fs::write(out.join("runtime_classes.rs"), code).expect("write runtime_classes.rs");

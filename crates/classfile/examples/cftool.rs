@@ -113,7 +113,7 @@ fn main() {
             row("read code IR", &|d| {
                 if let Ok(mut c) = ClassFile::read(d) {
                     for i in 0..c.methods.len() {
-                        let _ = Code::read(&mut c, i);
+                        let _ = Code::read(&c, i);
                     }
                 }
             });
@@ -132,6 +132,8 @@ fn main() {
                 std::fs::write(dest, bytes).unwrap();
             }
         }
-        _ => eprintln!("usage: cftool roundtrip DIR | rewrite PASS IN OUT | bench DIR | runtime OUTDIR"),
+        _ => eprintln!(
+            "usage: cftool roundtrip DIR | rewrite PASS IN OUT | bench DIR | runtime OUTDIR"
+        ),
     }
 }

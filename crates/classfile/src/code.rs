@@ -248,7 +248,7 @@ fn rel(at: usize, delta: i32) -> RawResult<u32> {
 
 impl Code {
     /// Reads method `index`'s Code attribute into the IR; `Ok(None)` if it has none.
-    pub fn read(cf: &mut ClassFile, index: usize) -> Result<Option<Code>> {
+    pub fn read(cf: &ClassFile, index: usize) -> Result<Option<Code>> {
         let name = cf.name();
         let Some(m) = cf.methods.get(index) else {
             return Err(cf.error(0, format!("no method #{index}")));
@@ -410,6 +410,14 @@ impl Code {
     }
 
     /// The StackMapTable frames, if the code has that attribute.
+    pub fn frames(&self) -> Option<&Vec<Frame>> {
+        self.attributes.iter().find_map(|a| match &a.body {
+            CodeAttrBody::StackMap(f) => Some(f),
+            _ => None,
+        })
+    }
+
+    /// The StackMapTable frames, mutable.
     pub fn frames_mut(&mut self) -> Option<&mut Vec<Frame>> {
         self.attributes.iter_mut().find_map(|a| match &mut a.body {
             CodeAttrBody::StackMap(f) => Some(f),

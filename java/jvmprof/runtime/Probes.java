@@ -110,11 +110,10 @@ public final class Probes {
         if (n.method >= 0) {
             String name = n.method < names.length ? names[n.method] : ("method#" + n.method);
             p = path.isEmpty() ? name : path + ";" + name;
-        } else {
-            p = "[all]";
         }
         long v = bytecodes ? n.bytecodes : n.calls;
-        if (v > 0) lines.merge(p, v, Long::sum);
+        // Bytecodes run outside any instrumented method go to the line "[all]".
+        if (v > 0) lines.merge(p.isEmpty() ? "[all]" : p, v, Long::sum);
         for (Node c : new ArrayList<>(n.children.values())) collect(c, p, names, bytecodes, lines);
     }
 }

@@ -1,0 +1,431 @@
+//! Integration tests: fixtures compiled with javac, the JVM verifier as the oracle.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use jvmprof_classfile::bba::{Mode, basic_blocks};
+use jvmprof_classfile::instrument::{MethodTable, Probes, instrument_class};
+use jvmprof_classfile::{ClassFile, Code, CodeAttrBody, Insn};
+
+fn jdk_tool(name: &str) -> PathBuf {
+    if let Some(h) = std::env::var_os("JAVA_HOME") {
+        let p = Path::new(&h).join("bin").join(name);
+        if p.exists() {
+            return p;
+        }
+    }
+    PathBuf::from(name)
+}
+
+fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("classfile-tests")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Compiles the fixtures into a fresh directory.
+fn compile_fixtures(name: &str) -> PathBuf {
+    let mut srcs: Vec<PathBuf> = std::fs::read_dir(fixtures_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "java"))
+        .collect();
+    srcs.sort();
+    compile(name, &srcs, "17")
+}
+
+fn compile(name: &str, srcs: &[PathBuf], release: &str) -> PathBuf {
+    let out = scratch(name);
+    let st = Command::new(jdk_tool("javac"))
+        .args(["-nowarn", "--release", release, "-d"])
+        .arg(&out)
+        .args(srcs)
+        .status()
+        .expect("javac is needed by these tests");
+    assert!(st.success());
+    out
+}
+
+fn class_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "class"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn method_index(cf: &ClassFile, name: &str) -> usize {
+    cf.methods
+        .iter()
+        .position(|m| cf.member_name(m) == name)
+        .unwrap()
+}
+
+fn run_java(cp: &Path, main: &str, props: &[&str]) -> String {
+    let out = Command::new(jdk_tool("java"))
+        .args(props)
+        .arg("-cp")
+        .arg(cp)
+        .arg(main)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "java {main} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn real_insn_count(code: &Code) -> usize {
+    code.insns
+        .iter()
+        .filter(|i| !matches!(i, Insn::Label(_)))
+        .count()
+}
+
+#[test]
+fn round_trip_and_relayout_are_byte_identical_on_fixtures() {
+    let dir = compile_fixtures("roundtrip");
+    let files = class_files(&dir);
+    assert!(
+        files.len() >= 5,
+        "expected the fixture classes, got {files:?}"
+    );
+    for f in files {
+        let data = std::fs::read(&f).unwrap();
+        let cf = ClassFile::read(&data).unwrap();
+        assert_eq!(cf.write(), data, "{}", f.display());
+        let mut t = MethodTable::default();
+        let out = instrument_class(&data, Probes::Relayout, &mut t).unwrap();
+        assert!(out.skipped.is_empty(), "{:?}", out.skipped);
+        assert_eq!(out.bytes, data, "relayout changed {}", f.display());
+    }
+}
+
+#[test]
+fn truncated_or_mutated_input_gives_errors_not_panics() {
+    let dir = compile_fixtures("malformed");
+    let data = std::fs::read(dir.join("Workload.class")).unwrap();
+    for len in 0..data.len() {
+        let e = ClassFile::read(&data[..len]).unwrap_err();
+        assert!(e.offset <= len, "offset {} beyond input {len}", e.offset);
+        if len > data.len() * 9 / 10 {
+            assert_eq!(e.class, "Workload");
+        }
+    }
+    let e = ClassFile::read(&data[..data.len() - 1]).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.starts_with("class Workload: at offset"), "{msg}");
+    assert!(msg.contains("truncated"), "{msg}");
+    // Flip bits everywhere: reading and every pass must return, never panic.
+    let mut t = MethodTable::default();
+    let mut errors = 0;
+    // (every third byte, alternating bits, to keep the debug-build test short; the fuzz
+    // target covers the rest).
+    for i in (0..data.len()).step_by(3) {
+        let mut m = data.clone();
+        m[i] ^= if i % 2 == 0 { 0x01 } else { 0x80 };
+        let p = [Probes::Relayout, Probes::Calls, Probes::BytecodesPrecise][i % 3];
+        if instrument_class(&m, p, &mut t).is_err() {
+            errors += 1;
+        }
+    }
+    assert!(errors > 0);
+}
+
+#[test]
+fn jp_f_has_blocks_of_2_3_7_1_and_precise_2_3_5_2_1() {
+    let dir = compile_fixtures("bba");
+    let mut cf = ClassFile::read(&std::fs::read(dir.join("Foo.class")).unwrap()).unwrap();
+    let f = Code::read(&cf, method_index(&cf, "f")).unwrap().unwrap();
+    let lens = |m| {
+        basic_blocks(&f, m)
+            .iter()
+            .map(|b| b.len)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(lens(Mode::Default), vec![2, 3, 7, 1]);
+    // invokestatic may throw: the loop body splits after it.
+    assert_eq!(lens(Mode::Precise), vec![2, 3, 5, 2, 1]);
+
+    // g (see Foo.java's javap listing): 0-1 | 2-4 | 7-13 | 16-20 | 23-30 | 31.
+    let g = Code::read(&cf, method_index(&cf, "g")).unwrap().unwrap();
+    let lens = |m| {
+        basic_blocks(&g, m)
+            .iter()
+            .map(|b| b.len)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(lens(Mode::Default), vec![2, 3, 3, 5, 4, 1]);
+    // precise: invokestatic h, new, invokespecial end blocks too (athrow ends anyway).
+    assert_eq!(lens(Mode::Precise), vec![2, 3, 1, 2, 5, 1, 2, 1, 1]);
+
+    let mut cf = ClassFile::read(&std::fs::read(dir.join("Workload.class")).unwrap()).unwrap();
+    let ts = Code::read(&cf, method_index(&cf, "tableSwitch"))
+        .unwrap()
+        .unwrap();
+    let lens = basic_blocks(&ts, Mode::Default)
+        .iter()
+        .map(|b| b.len)
+        .collect::<Vec<_>>();
+    assert_eq!(lens, vec![2, 2, 2, 2, 2, 2]);
+    let lens = basic_blocks(&ts, Mode::Precise)
+        .iter()
+        .map(|b| b.len)
+        .collect::<Vec<_>>();
+    assert_eq!(lens, vec![2, 2, 2, 2, 2, 2]);
+}
+
+/// Instruments every fixture class with `probes` into `out` (plus the runtime).
+fn instrument_dir(src: &Path, out: &Path, probes: Probes) {
+    let mut table = MethodTable::default();
+    for f in class_files(src) {
+        let o = instrument_class(&std::fs::read(&f).unwrap(), probes, &mut table).unwrap();
+        assert!(o.skipped.is_empty(), "{:?}", o.skipped);
+        std::fs::write(out.join(f.file_name().unwrap()), o.bytes).unwrap();
+    }
+    for (rel, bytes) in jvmprof_classfile::runtime::CLASSES {
+        let p = out.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+    std::fs::write(
+        out.join("jvmprof/runtime/methods.txt"),
+        table.names.join("\n"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn fixtures_print_the_same_under_every_pass_and_counts_are_exact() {
+    let src = compile_fixtures("passes");
+    let expected_workload = run_java(&src, "Workload", &[]);
+    let expected_foo = run_java(&src, "Foo", &[]);
+    assert_eq!(expected_foo, "h calls 55\n");
+    for (name, probes) in [
+        ("relayout", Probes::Relayout),
+        ("calls", Probes::Calls),
+        ("bytecodes", Probes::Bytecodes),
+        ("precise", Probes::BytecodesPrecise),
+    ] {
+        let out = scratch(&format!("passes-{name}"));
+        instrument_dir(&src, &out, probes);
+        // -Xverify:all also verifies the application class path's classes strictly.
+        assert_eq!(
+            run_java(&out, "Workload", &["-Xverify:all"]),
+            expected_workload,
+            "pass {name}"
+        );
+        let prof = out.join("profile.txt");
+        let value = if name == "calls" {
+            "calls"
+        } else {
+            "bytecodes"
+        };
+        let props = [
+            "-Xverify:all".to_string(),
+            format!("-Djvmprof.output={}", prof.display()),
+            format!("-Djvmprof.value={value}"),
+        ];
+        let props: Vec<&str> = props.iter().map(String::as_str).collect();
+        assert_eq!(run_java(&out, "Foo", &props), expected_foo, "pass {name}");
+        let profile = std::fs::read_to_string(&prof).unwrap_or_default();
+        match name {
+            "calls" => {
+                let lines: Vec<&str> = profile.lines().collect();
+                assert!(lines.contains(&"Foo.main 1"), "{profile}");
+                assert!(lines.contains(&"Foo.main;Foo.f 1"), "{profile}");
+                assert!(lines.contains(&"Foo.main;Foo.f;Foo.g 10"), "{profile}");
+                assert!(
+                    lines.contains(&"Foo.main;Foo.f;Foo.g;Foo.h 55"),
+                    "{profile}"
+                );
+            }
+            "bytecodes" | "precise" => {
+                // Hand count from javap: main 6, f 2+3*11+7*10+1 = 106,
+                // g(n) 2+3(n+1)+3n+5+1 summed over n=1..10 = 440, h 5*55 = 275.
+                assert_eq!(profile.trim(), "[all] 827", "pass {name}");
+            }
+            _ => assert_eq!(profile, ""),
+        }
+    }
+}
+
+#[test]
+fn entry_probe_at_offset_zero_and_block_probe_at_loop_head() {
+    let dir = compile_fixtures("offset0");
+    let data = std::fs::read(dir.join("Foo.class")).unwrap();
+    let mut t = MethodTable::default();
+    let out = instrument_class(&data, Probes::Calls, &mut t).unwrap();
+    let mut cf = ClassFile::read(&out.bytes).unwrap();
+    let f = Code::read(&cf, method_index(&cf, "f")).unwrap().unwrap();
+    // enter(id) is the first instruction; the loop's goto still targets the loop head (not
+    // the entry probe), which now sits after it.
+    let first: Vec<&Insn> = f
+        .insns
+        .iter()
+        .filter(|i| !matches!(i, Insn::Label(_)))
+        .take(2)
+        .collect();
+    assert!(matches!(first[1], Insn::Ref { op: 0xb8, .. }));
+    assert_eq!(real_insn_count(&f), 13 + 2 + 2 + 3);
+
+    let out = instrument_class(&data, Probes::Bytecodes, &mut t).unwrap();
+    let mut cf = ClassFile::read(&out.bytes).unwrap();
+    let f = Code::read(&cf, method_index(&cf, "f")).unwrap().unwrap();
+    // The goto's target label is followed by the block probe (sipush/bipush/iconst 3, invokestatic).
+    let goto_target = f.insns.iter().find_map(|i| match i {
+        Insn::Jump { op: 0xa7, target } => Some(*target),
+        _ => None,
+    });
+    let at = f
+        .insns
+        .iter()
+        .position(|i| Some(i) == goto_target.map(Insn::Label).as_ref())
+        .unwrap();
+    assert_eq!(f.insns[at + 1], Insn::Simple(0x06)); // iconst_3: the loop-test block has 3 bytecodes
+    assert!(matches!(f.insns[at + 2], Insn::Ref { op: 0xb8, .. }));
+}
+
+/// Inserts `n` nops before the instruction at `pos`.
+fn pad_nops(code: &mut Code, pos: usize, n: usize) {
+    code.insert_before(pos, vec![Insn::Simple(0); n]);
+}
+
+fn find_insn(code: &Code, pred: impl Fn(&Insn) -> bool) -> usize {
+    code.insns.iter().position(pred).unwrap()
+}
+
+#[test]
+fn backward_goto_widens_to_goto_w_and_verifies() {
+    let dir = compile_fixtures("widen-goto");
+    let path = dir.join("Shapes.class");
+    let mut cf = ClassFile::read(&std::fs::read(&path).unwrap()).unwrap();
+    let mi = method_index(&cf, "spin");
+    let mut code = Code::read(&cf, mi).unwrap().unwrap();
+    let iinc = find_insn(&code, |i| matches!(i, Insn::Iinc { .. }));
+    pad_nops(&mut code, iinc, 40_000);
+    cf.set_code(mi, &code).unwrap();
+    let bytes = cf.write();
+    std::fs::write(&path, &bytes).unwrap();
+    let mut re = ClassFile::read(&bytes).unwrap();
+    let attr = &re.methods[mi].attributes[re
+        .find_attribute(&re.methods[mi].attributes, "Code")
+        .unwrap()];
+    let len = u32::from_be_bytes(attr.data[4..8].try_into().unwrap()) as usize;
+    assert_eq!(len, 15 + 40_000 + 2);
+    let code_bytes = &attr.data[8..8 + len];
+    assert_eq!(
+        code_bytes[40_012], 0xc8,
+        "goto_w expected at the end of the loop"
+    );
+    let back = i32::from_be_bytes(code_bytes[40_013..40_017].try_into().unwrap());
+    assert_eq!(back, 2 - 40_012);
+    let _ = Code::read(&re, mi).unwrap().unwrap();
+    assert_eq!(run_java(&dir, "Shapes", &["-Xverify:all"]), "spin 5\n");
+}
+
+#[test]
+fn long_conditional_with_frames_is_refused_and_method_unchanged() {
+    let dir = compile_fixtures("widen-cond-frames");
+    let mut cf = ClassFile::read(&std::fs::read(dir.join("Foo.class")).unwrap()).unwrap();
+    let before = cf.clone();
+    let mi = method_index(&cf, "f");
+    let mut code = Code::read(&cf, mi).unwrap().unwrap();
+    let iinc = find_insn(&code, |i| matches!(i, Insn::Iinc { .. }));
+    pad_nops(&mut code, iinc, 40_000);
+    let e = cf.set_code(mi, &code).unwrap_err();
+    assert!(e.what.contains("conditional jump beyond 32 KiB"), "{e}");
+    assert_eq!(e.class, "Foo");
+    assert_eq!(cf.methods, before.methods);
+}
+
+#[test]
+fn long_conditional_without_frames_is_inverted_over_goto_w() {
+    // Release 8: string concatenation without invokedynamic, so version 49 is legal.
+    let dir = compile("widen-cond-old", &[fixtures_dir().join("Foo.java")], "8");
+    let path = dir.join("Foo.class");
+    let mut cf = ClassFile::read(&std::fs::read(&path).unwrap()).unwrap();
+    // Make it an old (version 49) class: no stack maps, the type-inferencing verifier.
+    cf.major = 49;
+    for mi in 0..cf.methods.len() {
+        if let Some(mut code) = Code::read(&cf, mi).unwrap() {
+            code.attributes
+                .retain(|a| !matches!(a.body, CodeAttrBody::StackMap(_)));
+            code.major = 49;
+            if cf.member_name(&cf.methods[mi]) == "f" {
+                let iinc = find_insn(&code, |i| matches!(i, Insn::Iinc { .. }));
+                pad_nops(&mut code, iinc, 40_000);
+            }
+            cf.set_code(mi, &code).unwrap();
+        }
+    }
+    let bytes = cf.write();
+    std::fs::write(&path, &bytes).unwrap();
+    let mi = method_index(&cf, "f");
+    let attr = &cf.methods[mi].attributes[cf
+        .find_attribute(&cf.methods[mi].attributes, "Code")
+        .unwrap()];
+    let code = &attr.data[8..];
+    // 5: if_icmpgt became if_icmple +8 over goto_w to the return.
+    assert_eq!(&code[5..8], &[0xa4, 0x00, 0x08]);
+    assert_eq!(code[8], 0xc8);
+    assert_eq!(run_java(&dir, "Foo", &["-Xverify:all"]), "h calls 55\n");
+}
+
+#[test]
+fn code_over_64k_is_an_error_and_leaves_the_method_unchanged() {
+    let dir = compile_fixtures("too-big");
+    let mut cf = ClassFile::read(&std::fs::read(dir.join("Shapes.class")).unwrap()).unwrap();
+    let before = cf.clone();
+    let mi = method_index(&cf, "spin");
+    let mut code = Code::read(&cf, mi).unwrap().unwrap();
+    pad_nops(&mut code, 0, 70_000);
+    let e = cf.set_code(mi, &code).unwrap_err();
+    assert!(e.what.contains("65535-byte limit"), "{e}");
+    assert_eq!(cf.methods, before.methods);
+    assert_eq!(cf.write(), before.write());
+}
+
+#[test]
+fn frames_are_relocated_and_reencoded_compactly() {
+    let dir = compile_fixtures("frames");
+    let mut cf = ClassFile::read(&std::fs::read(dir.join("Workload.class")).unwrap()).unwrap();
+    let mi = method_index(&cf, "tableSwitch");
+    let mut code = Code::read(&cf, mi).unwrap().unwrap();
+    let frames_before = code.frames_mut().unwrap().clone();
+    assert_eq!(frames_before.len(), 5);
+    // 70 nops at offset 0 push the first frame's delta past 63: same_frame_extended (251).
+    pad_nops(&mut code, 0, 70);
+    cf.set_code(mi, &code).unwrap();
+    let m = &cf.methods[mi];
+    let attr = &m.attributes[cf.find_attribute(&m.attributes, "Code").unwrap()];
+    let smt = {
+        let mut cf2 = cf.clone();
+        let c = Code::read(&cf2, mi).unwrap().unwrap();
+        assert_eq!(c.frames().unwrap().clone(), frames_before);
+        attr.data.clone()
+    };
+    // Find the StackMapTable body: number_of_entries 5, then frame 251 with delta 70+32+pad.
+    let pos = smt
+        .windows(3)
+        .position(|w| w == [0x00, 0x05, 251])
+        .expect("same_frame_extended");
+    let delta = u16::from_be_bytes([smt[pos + 3], smt[pos + 4]]);
+    // tableswitch at 71 is padded to 4 bytes: 1 + 0 pad... first case target = 70 + 32 (+pad change).
+    assert!(delta > 63, "delta {delta}");
+    // The following frames keep their short same_frame form (delta 2 < 64).
+    assert_eq!(smt[pos + 5], 2);
+}
