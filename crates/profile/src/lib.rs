@@ -8,6 +8,7 @@
 
 pub mod collapsed;
 pub mod diff;
+pub mod dot;
 pub mod error;
 pub mod flamegraph;
 pub mod format;
