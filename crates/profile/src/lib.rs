@@ -3,6 +3,12 @@
 //! One job: turn collected samples into a [`Profile`] and move profiles between formats. Nothing
 //! here touches a JVM; the agent builds profiles with [`ProfileBuilder`] and the CLI reads, converts
 //! and reports them.
+//!
+//! Formats, one module each: [`native`] (`.jvmprof`, lossless, read and written), [`collapsed`]
+//! (`.collapsed`/`.txt`, read and written), [`flamegraph`] (`.html`), [`pprof`] (`.pb.gz`, read
+//! and written), [`speedscope`] (`.speedscope.json`), [`dot`] (Graphviz call graph), the text
+//! [`report`] and [`diff`] of two profiles. [`Format`], [`write`] and [`read_any`] pick among
+//! them by file name, `--format` name or content.
 
 #![forbid(unsafe_code)]
 

@@ -2,8 +2,10 @@
 //!
 //! Layout: the 8-byte magic `JVMPROF\0`, the format version as a little-endian `u16`, then a gzip
 //! stream (flate2 with the pure-Rust miniz_oxide backend) of the postcard encoding of the
-//! [`Profile`]. Postcard is not self-describing: any change to the serialized model types changes
-//! the format and needs a new [`VERSION`] (and a reader for the old one).
+//! [`Profile`]. Postcard is not self-describing: any change to the serialized model types (even a
+//! new field with `#[serde(default)]`) changes the format and needs a new [`VERSION`] and a
+//! reader for the old one; the golden file `testdata/sample-v1.jvmprof` fails a test if that is
+//! forgotten.
 
 use crate::error::{Error, Result};
 use crate::model::Profile;
@@ -129,6 +131,15 @@ mod tests {
         assert_eq!(&bytes[8..10], &[1, 0]);
         assert_eq!(&bytes[10..12], &[0x1f, 0x8b], "gzip follows the header");
         assert_eq!(read(&bytes[..]).unwrap(), p);
+    }
+
+    /// A file written by version 1 must keep reading as the same profile. If this fails after a
+    /// change to the model types, the encoding changed: bump [`VERSION`] and keep a reader for
+    /// version 1 files (postcard is not self-describing, so `#[serde(default)]` does not help).
+    #[test]
+    fn reads_the_version_1_golden_file() {
+        let bytes = include_bytes!("../testdata/sample-v1.jvmprof");
+        assert_eq!(read(&bytes[..]).unwrap(), sample_profile());
     }
 
     #[test]
