@@ -3,6 +3,8 @@
 //! Every subcommand lives in its own module with an `Args` struct (clap derive) and a
 //! `run(args) -> anyhow::Result<i32>` that returns the process exit code.
 
+mod instrument;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -13,11 +15,16 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Offline instrumentation of a jar, class directory or class file.
+    Instrument(instrument::Args),
+}
 
 fn main() {
     let cli = Cli::parse();
-    let result: anyhow::Result<i32> = match cli.command {};
+    let result: anyhow::Result<i32> = match cli.command {
+        Command::Instrument(a) => instrument::run(a),
+    };
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
