@@ -1,1 +1,238 @@
-//! The JVMTI agent: options, event wiring, samplers, sinks.
+//! The jvmprof JVMTI agent (`libjvmprof_agent.so`): options, JVMTI event wiring, samplers and the
+//! profile sink. It records; formatting beyond writing the requested file at the end, and all
+//! analysis, happen outside the target JVM.
+//!
+//! Loaded at start-up with `-agentpath:libjvmprof_agent.so=mode=cpu,interval=10ms,file=out.jvmprof`
+//! or into a running JVM by dynamic attach (`Agent_OnAttach`; a second attach with `stop` ends the
+//! session and writes the profile). A bad option prints one message on stderr and leaves the agent
+//! inert; the application always keeps running.
+
+#![deny(unsafe_code)]
+
+pub mod options;
+pub mod sampler;
+mod session;
+pub mod symbols;
+
+use jvmprof_jvmti::bindings::agent::AgentLoadContext;
+use jvmprof_jvmti::bindings::callbacks::{CallbackContext, ClassEvent, ThreadEvent};
+use jvmprof_jvmti::bindings::{Agent, jni};
+use jvmprof_jvmti::{Capabilities, Env, Event, Jni, Vm, event_class, event_thread, os};
+use options::{Command, Options};
+use sampler::threads::ThreadTable;
+use session::{Context, Session};
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex, OnceLock};
+
+/// Process-wide agent state, set once when the agent is first loaded or attached.
+struct Globals {
+    vm: Vm,
+    env: Env,
+    caps: Capabilities,
+    attached: bool,
+}
+
+static GLOBALS: OnceLock<Globals> = OnceLock::new();
+/// tid → JNIEnv of every Java thread seen starting; read by the signal handler.
+static THREADS: LazyLock<ThreadTable> = LazyLock::new(|| ThreadTable::new(8192));
+/// tid → Java thread name, for naming CPU samples.
+static NAMES: LazyLock<Mutex<HashMap<u32, String>>> = LazyLock::new(Default::default);
+static SESSION: Mutex<Option<Session>> = Mutex::new(None);
+/// Options given at start-up, used at VMInit.
+static PENDING: Mutex<Option<Options>> = Mutex::new(None);
+
+fn say(msg: &str) {
+    eprintln!("jvmprof: {msg}");
+}
+
+fn context(g: &Globals) -> Context {
+    Context {
+        vm: g.vm,
+        env: g.env,
+        threads: &THREADS,
+        names: &NAMES,
+        thread_cpu_time: g.caps.thread_cpu_time,
+        attached: g.attached,
+    }
+}
+
+/// Creates the JVMTI environment, capabilities and event wiring (once per process).
+fn init_globals(vm: Vm, attached: bool) -> Result<&'static Globals, String> {
+    if let Some(g) = GLOBALS.get() {
+        return Ok(g);
+    }
+    let env = vm.jvmti().map_err(|e| e.to_string())?;
+    let caps = env
+        .add_capabilities(Capabilities {
+            line_numbers: true,
+            source_file_name: true,
+            thread_cpu_time: true,
+        })
+        .map_err(|e| e.to_string())?;
+    env.set_default_callbacks().map_err(|e| e.to_string())?;
+    // ClassLoad must be enabled for AsyncGetCallTrace to work; ClassPrepare creates jmethodIDs.
+    env.enable_events(&[
+        Event::VmInit,
+        Event::VmDeath,
+        Event::ThreadStart,
+        Event::ThreadEnd,
+        Event::ClassLoad,
+        Event::ClassPrepare,
+    ])
+    .map_err(|e| e.to_string())?;
+    LazyLock::force(&THREADS);
+    Ok(GLOBALS.get_or_init(|| Globals {
+        vm,
+        env,
+        caps,
+        attached,
+    }))
+}
+
+fn start_session(g: &Globals, options: Options) {
+    // The lock is not held while the session starts: attaching the writer thread to the VM fires
+    // ThreadStart on it, and that callback takes the lock.
+    let previous = {
+        let mut slot = SESSION.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_some_and(|s| !s.finished()) {
+            say("a profiling session is already running; send `stop` first");
+            return;
+        }
+        slot.take()
+    };
+    if let Some(old) = previous {
+        let _ = old.stop();
+    }
+    match Session::start(context(g), options) {
+        Ok(s) => {
+            let mut slot = SESSION.lock().unwrap_or_else(|e| e.into_inner());
+            if slot.is_some() {
+                drop(slot);
+                say("another session started at the same time; stopping this one");
+                let _ = s.stop();
+            } else {
+                *slot = Some(s);
+            }
+        }
+        Err(e) => say(&format!("{e}; profiling is off, the application continues")),
+    }
+}
+
+fn stop_session() {
+    let session = SESSION.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(s) = session
+        && let Err(e) = s.stop()
+    {
+        say(&e);
+    }
+}
+
+fn register_current_thread(context: &CallbackContext<'_>, thread: jni::jthread) {
+    let tid = os::gettid();
+    let Some(jni) = Jni::from_context(context) else {
+        return;
+    };
+    THREADS.insert(tid, jni.as_ptr());
+    let env = Env::from_context(context);
+    if let Some(name) = jni.with_local_frame(4, || env.thread_name(&jni, event_thread(thread))) {
+        NAMES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(tid, name);
+    }
+    if let Some(s) = SESSION.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        s.thread_started(tid);
+    }
+}
+
+#[derive(Default)]
+struct JvmprofAgent;
+
+impl Agent for JvmprofAgent {
+    fn on_load(&self, context: AgentLoadContext<'_>) -> jni::jint {
+        let text = context.options_lossy().unwrap_or_default();
+        let options = match options::parse(&text) {
+            Ok(Command::Start(o)) => o,
+            Ok(Command::Stop) => {
+                say("`stop` only makes sense when attaching; the agent is inert");
+                return jni::JNI_OK;
+            }
+            Err(e) => {
+                say(&format!("{e}; profiling is off, the application continues"));
+                return jni::JNI_OK;
+            }
+        };
+        match init_globals(Vm::from_ref(context.vm()), false) {
+            Ok(_) => *PENDING.lock().unwrap_or_else(|e| e.into_inner()) = Some(options),
+            Err(e) => say(&format!("{e}; profiling is off, the application continues")),
+        }
+        jni::JNI_OK
+    }
+
+    fn on_attach(&self, context: AgentLoadContext<'_>) -> jni::jint {
+        let text = context.options_lossy().unwrap_or_default();
+        let options = match options::parse(&text) {
+            Ok(Command::Stop) => {
+                stop_session();
+                return jni::JNI_OK;
+            }
+            Ok(Command::Start(o)) => o,
+            Err(e) => {
+                say(&format!("{e}; profiling is off, the application continues"));
+                return jni::JNI_ERR;
+            }
+        };
+        let vm = Vm::from_ref(context.vm());
+        let g = match init_globals(vm, true) {
+            Ok(g) => g,
+            Err(e) => {
+                say(&format!("{e}; profiling is off"));
+                return jni::JNI_ERR;
+            }
+        };
+        // Classes loaded before the attach need jmethodIDs for AsyncGetCallTrace.
+        if let Ok(jni) = vm.attach_current_thread_as_daemon(c"Attach Listener") {
+            g.env.prepare_all_loaded_classes(&jni);
+        }
+        start_session(g, options);
+        jni::JNI_OK
+    }
+
+    fn vm_init(&self, context: CallbackContext<'_>, event: ThreadEvent) {
+        register_current_thread(&context, event.thread());
+        let Some(g) = GLOBALS.get() else { return };
+        if let Some(jni) = Jni::from_context(&context) {
+            g.env.prepare_all_loaded_classes(&jni);
+        }
+        let pending = PENDING.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(options) = pending {
+            start_session(g, options);
+        }
+    }
+
+    fn vm_death(&self, _context: CallbackContext<'_>) {
+        stop_session();
+    }
+
+    fn thread_start(&self, context: CallbackContext<'_>, event: ThreadEvent) {
+        register_current_thread(&context, event.thread());
+    }
+
+    fn thread_end(&self, _context: CallbackContext<'_>, _event: ThreadEvent) {
+        let tid = os::gettid();
+        if let Some(s) = SESSION.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            s.thread_ended(tid);
+        }
+        THREADS.remove(tid);
+    }
+
+    fn class_prepare(&self, context: CallbackContext<'_>, event: ClassEvent) {
+        Env::from_context(&context).prepare_class_methods(event_class(event.class()));
+    }
+
+    fn callback_panicked(&self, event: &'static str) {
+        say(&format!("internal error in the {event} callback; contained"));
+    }
+}
+
+jvmprof_jvmti::bindings::export_agent!(JvmprofAgent);

@@ -1,2 +1,15 @@
-//! The only FFI boundary: safe wrappers over JVMTI/JNI, AsyncGetCallTrace and the POSIX calls
-//! the sampler needs.
+//! The only FFI boundary of jvmprof: safe wrappers over JVMTI and JNI (built on the pinned
+//! `jvmti-bindings` crate), the AsyncGetCallTrace entry point, and the POSIX signal and per-thread
+//! CPU-timer calls the sampler needs.
+//!
+//! Everything here is a thin, checked wrapper; policy (what to sample, when) lives in the agent.
+//! Raw pointers handed out (`MethodId`, `JThread`, `JniEnvPtr`) are plain values: using them is only
+//! possible through functions of this crate, which document what they require.
+
+pub mod asgct;
+pub mod env;
+pub mod os;
+
+pub use env::*;
+/// The agent trait, callback types and `export_agent!` macro of the bindings crate.
+pub use jvmti_bindings as bindings;

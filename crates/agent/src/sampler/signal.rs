@@ -1,0 +1,98 @@
+//! The signal-safe part of the CPU sampler: the SIGPROF handler and the state it reads.
+//!
+//! The handler runs on whatever Java (or JVM-internal) thread a per-thread CPU timer interrupted.
+//! It reads only pre-allocated, lock-free state: the sampler pointer, the tid → JNIEnv table and
+//! the sample ring. It calls only async-signal-safe functions (gettid, clock_gettime,
+//! AsyncGetCallTrace, and on HotSpot `GetEnv` for threads that predate an attach), restores errno,
+//! and cannot panic (no unwrap, no unchecked index on data it did not make).
+
+#![allow(unsafe_code)]
+
+use super::ring::{Header, NO_JNI_ENV, Ring};
+use super::threads::ThreadTable;
+use jvmprof_jvmti::Vm;
+use jvmprof_jvmti::asgct::{AsgctFn, CallTrace};
+use jvmprof_jvmti::os;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+
+/// Everything the handler needs. Leaked (`&'static`) once made: a handler may still be running on
+/// some thread after the sampler is stopped, so it is never freed.
+pub struct SignalSampler {
+    pub ring: Ring,
+    pub threads: &'static ThreadTable,
+    pub asgct: AsgctFn,
+    pub vm: Vm,
+    pub active: AtomicBool,
+}
+
+static SAMPLER: AtomicPtr<SignalSampler> = AtomicPtr::new(std::ptr::null_mut());
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// Makes `sampler` the one the handler uses, and installs the handler on first use.
+pub fn activate(sampler: &'static SignalSampler) -> std::io::Result<()> {
+    sampler.active.store(true, Ordering::Release);
+    SAMPLER.store(
+        sampler as *const SignalSampler as *mut SignalSampler,
+        Ordering::Release,
+    );
+    if !INSTALLED.swap(true, Ordering::AcqRel)
+        && let Err(e) = os::install_handler(on_signal)
+    {
+        INSTALLED.store(false, Ordering::Release);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Stops recording; signals still in flight find `active == false` and return at once.
+pub fn deactivate(sampler: &SignalSampler) {
+    sampler.active.store(false, Ordering::Release);
+}
+
+extern "C" fn on_signal(_signo: i32, _info: *mut os::SigInfo, ucontext: *mut c_void) {
+    let saved_errno = os::errno();
+    let ptr = SAMPLER.load(Ordering::Acquire);
+    if !ptr.is_null() {
+        // SAFETY: SAMPLER only ever holds pointers to leaked, never-freed SignalSamplers.
+        let sampler = unsafe { &*ptr };
+        if sampler.active.load(Ordering::Acquire) {
+            record(sampler, ucontext);
+        }
+    }
+    os::set_errno(saved_errno);
+}
+
+fn record(sampler: &SignalSampler, ucontext: *mut c_void) {
+    let tid = os::gettid();
+    let mut env = sampler.threads.lookup(tid);
+    if env.is_null() {
+        // Threads that started before the agent (attach, or before VMInit): ask the VM.
+        env = sampler.vm.current_jni_env();
+    }
+    let Some(slot) = sampler.ring.reserve() else {
+        return; // full: counted by the ring
+    };
+    let num_frames = if env.is_null() {
+        NO_JNI_ENV
+    } else {
+        let mut trace = CallTrace {
+            env,
+            num_frames: 0,
+            frames: sampler.ring.frames_ptr(&slot),
+        };
+        // SAFETY: AsyncGetCallTrace is designed to be called from a signal handler on the
+        // interrupted thread with its ucontext; `trace.frames` points at the reserved slot's
+        // `depth` frames, which only this handler writes until `publish`.
+        unsafe { (sampler.asgct)(&mut trace, sampler.ring.depth() as i32, ucontext) };
+        trace.num_frames
+    };
+    sampler.ring.publish(
+        slot,
+        Header {
+            tid,
+            num_frames,
+            time_ns: os::monotonic_ns(),
+        },
+    );
+}

@@ -1,0 +1,563 @@
+//! One profiling session: from start (VMInit or attach) to stop (VM death, the attach duration, or
+//! a `stop` command), run by one writer thread attached to the VM as a daemon.
+//!
+//! The writer thread drains the CPU sampler's ring (or, for wall mode and the safepoint engine,
+//! takes all stacks each interval), symbolizes new methods as it goes, keeps per-thread CPU timers
+//! in step with the process's threads, and at the end writes the profile. The target application
+//! never waits for it.
+
+use crate::options::{Engine, Mode, Options};
+use crate::sampler::ring::{NO_JNI_ENV, Ring};
+use crate::sampler::signal::{self, SignalSampler};
+use crate::sampler::threads::ThreadTable;
+use crate::symbols::Symbols;
+use jvmprof_jvmti::asgct::{self, CallFrame};
+use jvmprof_jvmti::os::{self, ThreadCpuTimer};
+use jvmprof_jvmti::{Env, Jni, ThreadStack, Vm, thread_state};
+use jvmprof_profile::{
+    ExportOptions, Format, Meta, Metric, Profile, ProfileBuilder, Thread, ThreadState,
+};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Slots in the CPU sample ring. At 1 ms on every core of a 2-core machine the writer, draining
+/// every 10 ms, finds about 20 samples; 1024 leaves room for bursts and many cores.
+const RING_CAPACITY: usize = 1024;
+/// How often the writer drains the ring.
+const DRAIN_EVERY: Duration = Duration::from_millis(10);
+/// How often thread timers are reconciled with /proc/self/task and the status file is written.
+const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(1);
+
+/// What the process-wide agent state hands a session.
+#[derive(Clone, Copy)]
+pub struct Context {
+    pub vm: Vm,
+    pub env: Env,
+    pub threads: &'static ThreadTable,
+    pub names: &'static Mutex<HashMap<u32, String>>,
+    pub thread_cpu_time: bool,
+    pub attached: bool,
+}
+
+/// The engine actually used.
+#[derive(Clone, Copy)]
+enum Walker {
+    Asgct(&'static SignalSampler),
+    Safepoint,
+}
+
+/// State shared by the writer thread and the JVMTI thread callbacks.
+struct Shared {
+    options: Options,
+    walker: Walker,
+    timers: Mutex<HashMap<u32, ThreadCpuTimer>>,
+    own_tids: Mutex<HashSet<u32>>,
+    stop: Mutex<bool>,
+    wake: Condvar,
+    samples: AtomicU64,
+}
+
+impl Shared {
+    /// Arms a CPU timer for `tid` (CPU sampling with AsyncGetCallTrace only).
+    fn arm(&self, tid: u32) {
+        if !matches!(self.walker, Walker::Asgct(_)) || self.own_tids.lock().unwrap().contains(&tid)
+        {
+            return;
+        }
+        let mut timers = self.timers.lock().unwrap();
+        if let std::collections::hash_map::Entry::Vacant(e) = timers.entry(tid)
+            && let Ok(t) = ThreadCpuTimer::start(tid, self.options.interval.as_nanos() as u64)
+        {
+            e.insert(t);
+        }
+    }
+
+    /// Arms timers for threads we have not seen start and drops those of threads that are gone.
+    fn reconcile_timers(&self) {
+        if !matches!(self.walker, Walker::Asgct(_)) {
+            return;
+        }
+        let live: HashSet<u32> = os::process_thread_ids().into_iter().collect();
+        for tid in &live {
+            self.arm(*tid);
+        }
+        self.timers
+            .lock()
+            .unwrap()
+            .retain(|tid, _| live.contains(tid));
+    }
+}
+
+pub struct Session {
+    shared: Arc<Shared>,
+    writer: Option<std::thread::JoinHandle<()>>,
+    done: mpsc::Receiver<Result<String, String>>,
+}
+
+impl Session {
+    /// Starts sampling. Errors are messages for the user; nothing is left running on error.
+    pub fn start(ctx: Context, options: Options) -> Result<Session, String> {
+        let walker = choose_walker(&ctx, &options)?;
+        let shared = Arc::new(Shared {
+            options,
+            walker,
+            timers: Mutex::new(HashMap::new()),
+            own_tids: Mutex::new(HashSet::new()),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+            samples: AtomicU64::new(0),
+        });
+        let (done_tx, done) = mpsc::channel();
+        let (ready_tx, ready) = mpsc::channel();
+        let thread_shared = shared.clone();
+        let writer = std::thread::Builder::new()
+            .name("jvmprof writer".into())
+            .spawn(move || writer_main(ctx, thread_shared, ready_tx, done_tx))
+            .map_err(|e| format!("cannot start the writer thread: {e}"))?;
+        match ready.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                let _ = writer.join();
+                return Err(e);
+            }
+            Err(_) => return Err("the writer thread died while starting".into()),
+        }
+        if let Walker::Asgct(sampler) = walker {
+            signal::activate(sampler).map_err(|e| format!("cannot install SIGPROF handler: {e}"))?;
+            shared.reconcile_timers();
+        }
+        Ok(Session {
+            shared,
+            writer: Some(writer),
+            done,
+        })
+    }
+
+    /// A Java thread started (called on that thread).
+    pub fn thread_started(&self, tid: u32) {
+        self.shared.arm(tid);
+    }
+
+    /// A Java thread ended (called on that thread).
+    pub fn thread_ended(&self, tid: u32) {
+        self.shared.timers.lock().unwrap().remove(&tid);
+    }
+
+    /// Whether the writer finished on its own (the attach duration elapsed).
+    pub fn finished(&self) -> bool {
+        self.writer.as_ref().is_none_or(|w| w.is_finished())
+    }
+
+    /// Stops sampling, waits (bounded) for the profile to be written and returns what happened.
+    pub fn stop(mut self) -> Result<String, String> {
+        *self.shared.stop.lock().unwrap() = true;
+        self.shared.wake.notify_all();
+        let result = self
+            .done
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| Err("the profile writer did not finish within 60 s".into()));
+        if let Some(w) = self.writer.take()
+            && w.is_finished()
+        {
+            let _ = w.join();
+        }
+        result
+    }
+}
+
+fn choose_walker(ctx: &Context, options: &Options) -> Result<Walker, String> {
+    let want_asgct = options.mode == Mode::Cpu && options.engine != Engine::Safepoint;
+    if want_asgct && let Some(f) = asgct::lookup() {
+        let sampler: &'static SignalSampler = Box::leak(Box::new(SignalSampler {
+            ring: Ring::new(RING_CAPACITY, options.depth),
+            threads: ctx.threads,
+            asgct: f,
+            vm: ctx.vm,
+            active: AtomicBool::new(false),
+        }));
+        return Ok(Walker::Asgct(sampler));
+    }
+    if options.engine == Engine::Asgct {
+        return Err("engine=asgct: this JVM has no AsyncGetCallTrace".into());
+    }
+    if options.mode == Mode::Cpu && !ctx.thread_cpu_time {
+        return Err("the safepoint CPU engine needs thread CPU time, which this JVM lacks".into());
+    }
+    Ok(Walker::Safepoint)
+}
+
+fn writer_main(
+    ctx: Context,
+    shared: Arc<Shared>,
+    ready: mpsc::Sender<Result<(), String>>,
+    done: mpsc::Sender<Result<String, String>>,
+) {
+    os::block_sampling_signal_in_current_thread();
+    shared.own_tids.lock().unwrap().insert(os::gettid());
+    let jni = match ctx.vm.attach_current_thread_as_daemon(c"jvmprof writer") {
+        Ok(j) => j,
+        Err(e) => {
+            let _ = ready.send(Err(e.to_string()));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(()));
+    let mut w = Writer::new(ctx, shared.clone());
+    let started = Instant::now();
+    let mut last_housekeeping = Instant::now();
+    let tick = match shared.walker {
+        Walker::Asgct(_) => DRAIN_EVERY,
+        Walker::Safepoint => shared.options.interval,
+    };
+    let mut next = Instant::now() + tick;
+    loop {
+        {
+            let mut stop = shared.stop.lock().unwrap();
+            while !*stop && Instant::now() < next {
+                let wait = next.saturating_duration_since(Instant::now());
+                stop = shared.wake.wait_timeout(stop, wait).unwrap().0;
+            }
+            if *stop {
+                break;
+            }
+        }
+        next += tick;
+        if next < Instant::now() {
+            next = Instant::now() + tick; // fell behind (e.g. a long safepoint): skip, don't burst
+        }
+        jni.with_local_frame(64, || w.tick(&jni));
+        if last_housekeeping.elapsed() >= HOUSEKEEPING_EVERY {
+            last_housekeeping = Instant::now();
+            shared.reconcile_timers();
+            w.write_status(started.elapsed());
+        }
+        if shared
+            .options
+            .duration
+            .is_some_and(|d| started.elapsed() >= d)
+        {
+            break;
+        }
+    }
+    if let Walker::Asgct(sampler) = shared.walker {
+        signal::deactivate(sampler);
+    }
+    shared.timers.lock().unwrap().clear();
+    jni.with_local_frame(64, || w.drain_ring(&jni));
+    let result = w.finish(started.elapsed());
+    if let Err(e) = &result {
+        eprintln!("jvmprof: {e}");
+    }
+    let _ = done.send(result);
+    ctx.vm.detach_current_thread();
+}
+
+/// The writer thread's working state.
+struct Writer {
+    ctx: Context,
+    shared: Arc<Shared>,
+    builder: ProfileBuilder,
+    symbols: Symbols,
+    /// tid → builder thread index (CPU engine).
+    thread_ids: HashMap<u32, u32>,
+    /// Java thread id → last CPU time seen and the remainder below one interval (safepoint CPU).
+    cpu_seen: HashMap<i64, (i64, u64)>,
+    interval_ns: u64,
+    walk_failures: HashMap<&'static str, u64>,
+    non_java_samples: u64,
+}
+
+impl Writer {
+    fn new(ctx: Context, shared: Arc<Shared>) -> Writer {
+        let o = &shared.options;
+        let engine = match shared.walker {
+            Walker::Asgct(_) => "asgct",
+            Walker::Safepoint => "safepoint",
+        };
+        let mut meta = Meta {
+            modes: vec![o.mode.as_str().to_string()],
+            metrics: vec![Metric::Samples, Metric::Ns],
+            interval_ns: o.interval.as_nanos() as u64,
+            engine: engine.to_string(),
+            jvm_name: ctx.env.system_property("java.vm.name").unwrap_or_default(),
+            jvm_version: ctx
+                .env
+                .system_property("java.runtime.version")
+                .or_else(|| ctx.env.system_property("java.vm.version"))
+                .unwrap_or_default(),
+            pid: std::process::id(),
+            command: std::fs::read("/proc/self/cmdline")
+                .map(|b| {
+                    b.split(|c| *c == 0)
+                        .filter(|s| !s.is_empty())
+                        .map(|s| String::from_utf8_lossy(s).into_owned())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default(),
+            start_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            ..Meta::default()
+        };
+        meta.extra
+            .insert("agent_version".into(), env!("CARGO_PKG_VERSION").into());
+        meta.extra
+            .insert("attached".into(), ctx.attached.to_string());
+        meta.extra
+            .insert("max_depth".into(), o.depth.to_string());
+        let interval_ns = meta.interval_ns;
+        Writer {
+            ctx,
+            shared,
+            builder: ProfileBuilder::new(meta),
+            symbols: Symbols::default(),
+            thread_ids: HashMap::new(),
+            cpu_seen: HashMap::new(),
+            interval_ns,
+            walk_failures: HashMap::new(),
+            non_java_samples: 0,
+        }
+    }
+
+    fn tick(&mut self, jni: &Jni) {
+        match self.shared.walker {
+            Walker::Asgct(_) => self.drain_ring(jni),
+            Walker::Safepoint => self.take_all_stacks(jni),
+        }
+    }
+
+    /// Moves every sample the signal handler recorded into the profile.
+    fn drain_ring(&mut self, jni: &Jni) {
+        let Walker::Asgct(sampler) = self.shared.walker else {
+            return;
+        };
+        let depth = sampler.ring.depth();
+        let mut stack: Vec<u32> = Vec::with_capacity(depth + 1);
+        let n = sampler.ring.drain(|header, frames: &[CallFrame]| {
+            stack.clear();
+            if header.num_frames > 0 {
+                if header.num_frames as usize >= depth {
+                    stack.push(self.symbols.synthetic_frame(&mut self.builder, "[truncated]"));
+                }
+                for f in frames.iter().rev() {
+                    let frame = if f.method_id.is_null() {
+                        self.symbols
+                            .synthetic_frame(&mut self.builder, "[unknown method]")
+                    } else {
+                        self.symbols.java_frame(
+                            &self.ctx.env,
+                            jni,
+                            &mut self.builder,
+                            jvmprof_jvmti::MethodId(f.method_id as usize),
+                            f.lineno as i64,
+                        )
+                    };
+                    stack.push(frame);
+                }
+            } else if header.num_frames == NO_JNI_ENV {
+                self.non_java_samples += 1;
+                stack.push(
+                    self.symbols
+                        .synthetic_frame(&mut self.builder, "[JVM internal thread]"),
+                );
+            } else {
+                let reason = asgct::failure_reason(header.num_frames);
+                *self.walk_failures.entry(reason).or_default() += 1;
+                let name = format!("[unknown: {reason}]");
+                stack.push(self.symbols.synthetic_frame(&mut self.builder, &name));
+            }
+            let thread = self.cpu_thread(header.tid);
+            let stack_id = self.builder.stack(&stack);
+            self.builder.add(
+                thread,
+                stack_id,
+                ThreadState::Running,
+                &[1, self.interval_ns],
+            );
+        });
+        self.shared.samples.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    fn cpu_thread(&mut self, tid: u32) -> u32 {
+        if let Some(id) = self.thread_ids.get(&tid) {
+            return *id;
+        }
+        let name = self
+            .ctx
+            .names
+            .lock()
+            .unwrap()
+            .get(&tid)
+            .cloned()
+            .or_else(|| os::thread_comm(tid))
+            .unwrap_or_else(|| format!("thread {tid}"));
+        let id = self.builder.thread(Thread {
+            tid: tid as u64,
+            name,
+        });
+        self.thread_ids.insert(tid, id);
+        id
+    }
+
+    /// Safepoint engine: wall mode samples every thread; CPU mode credits each thread with the CPU
+    /// time it used since the last tick, in whole intervals.
+    fn take_all_stacks(&mut self, jni: &Jni) {
+        let Ok(stacks) = self
+            .ctx
+            .env
+            .all_stack_traces(self.shared.options.depth as i32)
+        else {
+            *self.walk_failures.entry("safepoint_walk_failed").or_default() += 1;
+            return;
+        };
+        let cpu = self.shared.options.mode == Mode::Cpu;
+        let mut taken = 0;
+        for ts in &stacks {
+            if ts.frames.is_empty() {
+                continue; // JVM-internal or agent thread: no Java code to show
+            }
+            let (count, state) = if cpu {
+                let n = self.cpu_intervals(jni, ts);
+                if n == 0 {
+                    continue;
+                }
+                (n, ThreadState::Running)
+            } else {
+                (1, map_state(ts.state))
+            };
+            let name = self
+                .ctx
+                .env
+                .thread_name(jni, ts.thread)
+                .unwrap_or_else(|| "unnamed".into());
+            if name == "jvmprof writer" {
+                continue;
+            }
+            let thread = self.builder.thread(Thread { tid: 0, name });
+            let mut stack: Vec<u32> = Vec::with_capacity(ts.frames.len() + 1);
+            if ts.frames.len() >= self.shared.options.depth {
+                stack.push(self.symbols.synthetic_frame(&mut self.builder, "[truncated]"));
+            }
+            for &(method, bci) in ts.frames.iter().rev() {
+                stack.push(
+                    self.symbols
+                        .java_frame(&self.ctx.env, jni, &mut self.builder, method, bci),
+                );
+            }
+            let stack_id = self.builder.stack(&stack);
+            self.builder
+                .add(thread, stack_id, state, &[count, count * self.interval_ns]);
+            taken += count;
+        }
+        self.shared.samples.fetch_add(taken, Ordering::Relaxed);
+    }
+
+    fn cpu_intervals(&mut self, jni: &Jni, ts: &ThreadStack) -> u64 {
+        let (Some(id), Some(now)) = (
+            jni.java_thread_id(ts.thread),
+            self.ctx.env.thread_cpu_time(ts.thread),
+        ) else {
+            return 0;
+        };
+        let interval = self.interval_ns.max(1);
+        let entry = self.cpu_seen.entry(id).or_insert((now, 0));
+        let used = (now - entry.0).max(0) as u64 + entry.1;
+        entry.0 = now;
+        entry.1 = used % interval;
+        used / interval
+    }
+
+    fn write_status(&self, elapsed: Duration) {
+        if let Some(path) = &self.shared.options.status {
+            let text = format!(
+                "{} {}\n",
+                elapsed.as_millis(),
+                self.shared.samples.load(Ordering::Relaxed)
+            );
+            let _ = write_atomically(path, text.as_bytes());
+        }
+    }
+
+    /// Builds the profile and writes it in the format the options ask for.
+    fn finish(mut self, elapsed: Duration) -> Result<String, String> {
+        let dropped = match self.shared.walker {
+            Walker::Asgct(s) => s.ring.dropped(),
+            Walker::Safepoint => 0,
+        };
+        let non_java = self.non_java_samples;
+        let meta = self.builder.meta_mut();
+        meta.duration_ms = elapsed.as_millis() as u64;
+        meta.dropped_samples = dropped;
+        meta.walk_failures = self
+            .walk_failures
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect();
+        meta.extra
+            .insert("non_java_samples".into(), non_java.to_string());
+        self.write_status(elapsed);
+        let profile = self.builder.finish();
+        write_profile(&profile, &self.shared.options)?;
+        Ok(format!(
+            "{} samples written to {}",
+            profile.total(0),
+            self.shared.options.file.display()
+        ))
+    }
+}
+
+fn map_state(state: i32) -> ThreadState {
+    use thread_state::*;
+    if state & SLEEPING != 0 {
+        ThreadState::Sleeping
+    } else if state & PARKED != 0 {
+        ThreadState::Parked
+    } else if state & BLOCKED_ON_MONITOR_ENTER != 0 {
+        ThreadState::Blocked
+    } else if state & WAITING_WITH_TIMEOUT != 0 {
+        ThreadState::TimedWaiting
+    } else if state & (WAITING_INDEFINITELY | IN_OBJECT_WAIT) != 0 {
+        ThreadState::Waiting
+    } else if state & IN_NATIVE != 0 {
+        ThreadState::Native
+    } else if state & RUNNABLE != 0 {
+        ThreadState::Running
+    } else {
+        ThreadState::Unknown
+    }
+}
+
+fn write_profile(profile: &Profile, o: &Options) -> Result<(), String> {
+    let format = match &o.format {
+        Some(f) => Format::parse(f),
+        None => Format::from_path(&o.file),
+    }
+    .map_err(|e| format!("cannot write {}: {e}", o.file.display()))?;
+    let metric = match &o.value {
+        Some(v) => Some(
+            Metric::parse(v).ok_or_else(|| format!("unknown value '{v}' for the output format"))?,
+        ),
+        None => None,
+    };
+    let options = ExportOptions {
+        metric,
+        threads: o.threads,
+    };
+    let mut bytes = Vec::new();
+    jvmprof_profile::write(profile, format, &options, &mut bytes)
+        .map_err(|e| format!("cannot write {}: {e}", o.file.display()))?;
+    write_atomically(&o.file, &bytes).map_err(|e| format!("cannot write {}: {e}", o.file.display()))
+}
+
+/// Writes to `path.tmp` and renames, so a reader never sees half a file.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
