@@ -56,10 +56,19 @@ pub fn instrument_path(input: &Path, output: &Path, probes: Probes) -> std::io::
         instrument_jar(input, output, probes, &mut table, &mut s, add_runtime)?;
     } else {
         let data = std::fs::read(input)?;
-        let out = rewrite(&data, &input.display().to_string(), probes, &mut table, &mut s);
+        let out = rewrite(
+            &data,
+            &input.display().to_string(),
+            probes,
+            &mut table,
+            &mut s,
+        );
         write_file(output, &out)?;
         if add_runtime {
-            let dir = output.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+            let dir = output
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from("."));
             write_runtime_dir(&dir, &table)?;
         }
     }
@@ -71,17 +80,26 @@ fn is_class(name: &str) -> bool {
 }
 
 fn is_archive(p: &Path) -> bool {
-    p.extension().is_some_and(|e| e.eq_ignore_ascii_case("jar") || e.eq_ignore_ascii_case("zip"))
+    p.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("jar") || e.eq_ignore_ascii_case("zip"))
 }
 
 fn is_signature(name: &str) -> bool {
     let up = name.to_ascii_uppercase();
     up.starts_with("META-INF/")
         && !up["META-INF/".len()..].contains('/')
-        && [".SF", ".RSA", ".DSA", ".EC"].iter().any(|x| up.ends_with(x))
+        && [".SF", ".RSA", ".DSA", ".EC"]
+            .iter()
+            .any(|x| up.ends_with(x))
 }
 
-fn rewrite(data: &[u8], name: &str, probes: Probes, table: &mut MethodTable, s: &mut Summary) -> Vec<u8> {
+fn rewrite(
+    data: &[u8],
+    name: &str,
+    probes: Probes,
+    table: &mut MethodTable,
+    s: &mut Summary,
+) -> Vec<u8> {
     s.classes += 1;
     match instrument_class(data, probes, table) {
         Ok(o) => {
@@ -97,7 +115,9 @@ fn rewrite(data: &[u8], name: &str, probes: Probes, table: &mut MethodTable, s: 
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
     entries.sort();
     for p in entries {
         if p.is_dir() {
@@ -136,7 +156,8 @@ fn instrument_jar(
         std::fs::create_dir_all(parent)?;
     }
     let mut zout = zip::ZipWriter::new(std::fs::File::create(output)?);
-    let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    let opts = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
     for i in 0..zin.len() {
         let mut e = zin.by_index(i).map_err(io_err)?;
         let name = e.name().map_err(io_err)?.to_string();

@@ -429,3 +429,67 @@ fn frames_are_relocated_and_reencoded_compactly() {
     // The following frames keep their short same_frame form (delta 2 < 64).
     assert_eq!(smt[pos + 5], 2);
 }
+
+#[test]
+fn offline_jar_dir_and_class_outputs_run_with_the_runtime_inside() {
+    use jvmprof_classfile::offline::instrument_path;
+    let src = compile_fixtures("offline");
+    let work = scratch("offline-work");
+    let jar = work.join("in.jar");
+    let st = Command::new(jdk_tool("jar"))
+        .arg("cf")
+        .arg(&jar)
+        .arg("-C")
+        .arg(&src)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let expected = run_java(&src, "Foo", &[]);
+
+    let out_jar = work.join("out.jar");
+    let s = instrument_path(&jar, &out_jar, Probes::Calls).unwrap();
+    assert_eq!(
+        (s.classes, s.class_errors.len(), s.methods_skipped.len()),
+        (5, 0, 0)
+    );
+    let prof = work.join("jar.txt");
+    let p = format!("-Djvmprof.output={}", prof.display());
+    assert_eq!(run_java(&out_jar, "Foo", &[&p]), expected);
+    assert!(
+        std::fs::read_to_string(&prof)
+            .unwrap()
+            .contains("Foo.main;Foo.f;Foo.g;Foo.h 55\n")
+    );
+
+    let out_dir = work.join("out-dir");
+    instrument_path(&src, &out_dir, Probes::Bytecodes).unwrap();
+    let prof = work.join("dir.txt");
+    let p = format!("-Djvmprof.output={}", prof.display());
+    assert_eq!(
+        run_java(&out_dir, "Foo", &[&p, "-Djvmprof.value=bytecodes"]),
+        expected
+    );
+    assert_eq!(std::fs::read_to_string(&prof).unwrap(), "[all] 827\n");
+
+    let out_class = work.join("single/Foo.class");
+    let s = instrument_path(&src.join("Foo.class"), &out_class, Probes::BytecodesPrecise).unwrap();
+    assert_eq!(s.classes, 1);
+    let prof = work.join("class.txt");
+    let p = format!("-Djvmprof.output={}", prof.display());
+    assert_eq!(
+        run_java(
+            &work.join("single"),
+            "Foo",
+            &[&p, "-Djvmprof.value=bytecodes"]
+        ),
+        expected
+    );
+    assert_eq!(std::fs::read_to_string(&prof).unwrap(), "[all] 827\n");
+
+    // none: the jar's classes come back byte-identical and no runtime is added.
+    let none = work.join("none.jar");
+    let s = instrument_path(&jar, &none, Probes::None).unwrap();
+    assert_eq!(s.methods_rewritten, 0);
+    assert_eq!(run_java(&none, "Foo", &[]), expected);
+}
