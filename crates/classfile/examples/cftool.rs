@@ -111,7 +111,7 @@ fn main() {
                 let _ = ClassFile::read(d).map(|c| c.write());
             });
             row("read code IR", &|d| {
-                if let Ok(mut c) = ClassFile::read(d) {
+                if let Ok(c) = ClassFile::read(d) {
                     for i in 0..c.methods.len() {
                         let _ = Code::read(&c, i);
                     }

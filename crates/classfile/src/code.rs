@@ -221,7 +221,7 @@ pub struct Code {
     /// Class-file major version (frames are required from 50 on).
     pub major: u16,
     /// Placeholder Class indices in `initial_locals` for parameter types not in the pool.
-    placeholders: Vec<(u16, String)>,
+    placeholders: Placeholders,
     next_label: u32,
 }
 
@@ -490,10 +490,10 @@ impl Code {
                 CodeAttrBody::StackMap(fs) => {
                     for f in fs {
                         for v in f.locals.iter_mut().chain(f.stack.iter_mut()) {
-                            if let VType::Uninitialized(l) = v {
-                                if ls.contains(l) {
-                                    *l = fresh;
-                                }
+                            if let VType::Uninitialized(l) = v
+                                && ls.contains(l)
+                            {
+                                *l = fresh;
                             }
                         }
                     }
@@ -502,10 +502,9 @@ impl Code {
                     for t in ts {
                         if let TypeTarget::Offset(_, l) | TypeTarget::TypeArgument(_, l, _) =
                             &mut t.target
+                            && ls.contains(l)
                         {
-                            if ls.contains(l) {
-                                *l = fresh;
-                            }
+                            *l = fresh;
                         }
                     }
                 }
@@ -1315,7 +1314,7 @@ pub(crate) fn initial_frame(
     access: u16,
     name: &str,
     desc: &str,
-) -> RawResult<(Vec<VType>, Vec<(u16, String)>)> {
+) -> RawResult<(Vec<VType>, Placeholders)> {
     let mut v = Vec::new();
     let mut placeholders: Vec<(u16, String)> = Vec::new();
     if access & ACC_STATIC == 0 {
@@ -1355,6 +1354,9 @@ pub(crate) fn initial_frame(
     }
     Ok((v, placeholders))
 }
+
+/// (placeholder index, class name) pairs for parameter types missing from the pool.
+type Placeholders = Vec<(u16, String)>;
 
 /// Placeholder class indices count down from here (a pool never gets this large in practice;
 /// `encode` refuses if it does).

@@ -148,7 +148,7 @@ fn truncated_or_mutated_input_gives_errors_not_panics() {
 #[test]
 fn jp_f_has_blocks_of_2_3_7_1_and_precise_2_3_5_2_1() {
     let dir = compile_fixtures("bba");
-    let mut cf = ClassFile::read(&std::fs::read(dir.join("Foo.class")).unwrap()).unwrap();
+    let cf = ClassFile::read(&std::fs::read(dir.join("Foo.class")).unwrap()).unwrap();
     let f = Code::read(&cf, method_index(&cf, "f")).unwrap().unwrap();
     let lens = |m| {
         basic_blocks(&f, m)
@@ -172,7 +172,7 @@ fn jp_f_has_blocks_of_2_3_7_1_and_precise_2_3_5_2_1() {
     // precise: invokestatic h, new, invokespecial end blocks too (athrow ends anyway).
     assert_eq!(lens(Mode::Precise), vec![2, 3, 1, 2, 5, 1, 2, 1, 1]);
 
-    let mut cf = ClassFile::read(&std::fs::read(dir.join("Workload.class")).unwrap()).unwrap();
+    let cf = ClassFile::read(&std::fs::read(dir.join("Workload.class")).unwrap()).unwrap();
     let ts = Code::read(&cf, method_index(&cf, "tableSwitch"))
         .unwrap()
         .unwrap();
@@ -269,7 +269,7 @@ fn entry_probe_at_offset_zero_and_block_probe_at_loop_head() {
     let data = std::fs::read(dir.join("Foo.class")).unwrap();
     let mut t = MethodTable::default();
     let out = instrument_class(&data, Probes::Calls, &mut t).unwrap();
-    let mut cf = ClassFile::read(&out.bytes).unwrap();
+    let cf = ClassFile::read(&out.bytes).unwrap();
     let f = Code::read(&cf, method_index(&cf, "f")).unwrap().unwrap();
     // enter(id) is the first instruction; the loop's goto still targets the loop head (not
     // the entry probe), which now sits after it.
@@ -283,7 +283,7 @@ fn entry_probe_at_offset_zero_and_block_probe_at_loop_head() {
     assert_eq!(real_insn_count(&f), 13 + 2 + 2 + 3);
 
     let out = instrument_class(&data, Probes::Bytecodes, &mut t).unwrap();
-    let mut cf = ClassFile::read(&out.bytes).unwrap();
+    let cf = ClassFile::read(&out.bytes).unwrap();
     let f = Code::read(&cf, method_index(&cf, "f")).unwrap().unwrap();
     // The goto's target label is followed by the block probe (sipush/bipush/iconst 3, invokestatic).
     let goto_target = f.insns.iter().find_map(|i| match i {
@@ -320,7 +320,7 @@ fn backward_goto_widens_to_goto_w_and_verifies() {
     cf.set_code(mi, &code).unwrap();
     let bytes = cf.write();
     std::fs::write(&path, &bytes).unwrap();
-    let mut re = ClassFile::read(&bytes).unwrap();
+    let re = ClassFile::read(&bytes).unwrap();
     let attr = &re.methods[mi].attributes[re
         .find_attribute(&re.methods[mi].attributes, "Code")
         .unwrap()];
@@ -413,7 +413,7 @@ fn frames_are_relocated_and_reencoded_compactly() {
     let m = &cf.methods[mi];
     let attr = &m.attributes[cf.find_attribute(&m.attributes, "Code").unwrap()];
     let smt = {
-        let mut cf2 = cf.clone();
+        let cf2 = cf.clone();
         let c = Code::read(&cf2, mi).unwrap().unwrap();
         assert_eq!(c.frames().unwrap().clone(), frames_before);
         attr.data.clone()
