@@ -231,7 +231,9 @@ impl Agent for JvmprofAgent {
     }
 
     fn callback_panicked(&self, event: &'static str) {
-        say(&format!("internal error in the {event} callback; contained"));
+        say(&format!(
+            "internal error in the {event} callback; contained"
+        ));
     }
 }
 

@@ -54,7 +54,8 @@ pub enum Command {
     Stop,
 }
 
-pub const KNOWN_KEYS: &str = "mode, interval, file, format, value, threads, depth, engine, duration, status, stop";
+pub const KNOWN_KEYS: &str =
+    "mode, interval, file, format, value, threads, depth, engine, duration, status, stop";
 
 pub fn parse(text: &str) -> Result<Command, String> {
     let mut o = Options {
@@ -180,13 +181,29 @@ mod tests {
 
     #[test]
     fn rejects_bad_options_by_name() {
-        assert!(parse("colour=red").unwrap_err().contains("unknown option 'colour'"));
-        assert!(parse("mode=gpu").unwrap_err().contains("unknown mode 'gpu'"));
-        assert!(parse("interval=10 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(
+            parse("colour=red")
+                .unwrap_err()
+                .contains("unknown option 'colour'")
+        );
+        assert!(
+            parse("mode=gpu")
+                .unwrap_err()
+                .contains("unknown mode 'gpu'")
+        );
+        assert!(
+            parse("interval=10 parsecs")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
         assert!(parse("interval=5us").unwrap_err().contains("minimum"));
         assert!(parse("depth=0").unwrap_err().contains("depth"));
         assert!(parse("file").unwrap_err().contains("needs a value"));
-        assert!(parse("threads=maybe").unwrap_err().contains("true or false"));
+        assert!(
+            parse("threads=maybe")
+                .unwrap_err()
+                .contains("true or false")
+        );
     }
 
     #[test]

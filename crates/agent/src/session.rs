@@ -126,7 +126,8 @@ impl Session {
             Err(_) => return Err("the writer thread died while starting".into()),
         }
         if let Walker::Asgct(sampler) = walker {
-            signal::activate(sampler).map_err(|e| format!("cannot install SIGPROF handler: {e}"))?;
+            signal::activate(sampler)
+                .map_err(|e| format!("cannot install SIGPROF handler: {e}"))?;
             shared.reconcile_timers();
         }
         Ok(Session {
@@ -261,8 +262,8 @@ struct Writer {
     shared: Arc<Shared>,
     builder: ProfileBuilder,
     symbols: Symbols,
-    /// tid → builder thread index (CPU engine).
-    thread_ids: HashMap<u32, u32>,
+    /// tid → builder thread index and, for JVM-internal threads, their kind (CPU engine).
+    thread_ids: HashMap<u32, (u32, Option<&'static str>)>,
     /// Java thread id → last CPU time seen and the remainder below one interval (safepoint CPU).
     cpu_seen: HashMap<i64, (i64, u64)>,
     interval_ns: u64,
@@ -308,8 +309,7 @@ impl Writer {
             .insert("agent_version".into(), env!("CARGO_PKG_VERSION").into());
         meta.extra
             .insert("attached".into(), ctx.attached.to_string());
-        meta.extra
-            .insert("max_depth".into(), o.depth.to_string());
+        meta.extra.insert("max_depth".into(), o.depth.to_string());
         let interval_ns = meta.interval_ns;
         Writer {
             ctx,
@@ -340,9 +340,13 @@ impl Writer {
         let mut stack: Vec<u32> = Vec::with_capacity(depth + 1);
         let n = sampler.ring.drain(|header, frames: &[CallFrame]| {
             stack.clear();
+            let (thread, internal) = self.cpu_thread(header.tid);
             if header.num_frames > 0 {
                 if header.num_frames as usize >= depth {
-                    stack.push(self.symbols.synthetic_frame(&mut self.builder, "[truncated]"));
+                    stack.push(
+                        self.symbols
+                            .synthetic_frame(&mut self.builder, "[truncated]"),
+                    );
                 }
                 for f in frames.iter().rev() {
                     let frame = if f.method_id.is_null() {
@@ -359,11 +363,15 @@ impl Writer {
                     };
                     stack.push(frame);
                 }
+            } else if let Some(kind) = internal {
+                // A JVM-internal thread (JIT compiler, GC, VM thread): no Java stack to walk.
+                self.non_java_samples += 1;
+                stack.push(self.symbols.synthetic_frame(&mut self.builder, kind));
             } else if header.num_frames == NO_JNI_ENV {
                 self.non_java_samples += 1;
                 stack.push(
                     self.symbols
-                        .synthetic_frame(&mut self.builder, "[JVM internal thread]"),
+                        .synthetic_frame(&mut self.builder, "[JVM internal]"),
                 );
             } else {
                 let reason = asgct::failure_reason(header.num_frames);
@@ -371,7 +379,6 @@ impl Writer {
                 let name = format!("[unknown: {reason}]");
                 stack.push(self.symbols.synthetic_frame(&mut self.builder, &name));
             }
-            let thread = self.cpu_thread(header.tid);
             let stack_id = self.builder.stack(&stack);
             self.builder.add(
                 thread,
@@ -383,25 +390,25 @@ impl Writer {
         self.shared.samples.fetch_add(n as u64, Ordering::Relaxed);
     }
 
-    fn cpu_thread(&mut self, tid: u32) -> u32 {
-        if let Some(id) = self.thread_ids.get(&tid) {
-            return *id;
+    fn cpu_thread(&mut self, tid: u32) -> (u32, Option<&'static str>) {
+        if let Some(t) = self.thread_ids.get(&tid) {
+            return *t;
         }
-        let name = self
-            .ctx
-            .names
-            .lock()
-            .unwrap()
-            .get(&tid)
-            .cloned()
-            .or_else(|| os::thread_comm(tid))
+        let java_name = self.ctx.names.lock().unwrap().get(&tid).cloned();
+        let comm = os::thread_comm(tid);
+        let internal = match (&java_name, &comm) {
+            (None, Some(c)) => internal_thread_kind(c),
+            _ => None,
+        };
+        let name = java_name
+            .or(comm)
             .unwrap_or_else(|| format!("thread {tid}"));
         let id = self.builder.thread(Thread {
             tid: tid as u64,
             name,
         });
-        self.thread_ids.insert(tid, id);
-        id
+        self.thread_ids.insert(tid, (id, internal));
+        (id, internal)
     }
 
     /// Safepoint engine: wall mode samples every thread; CPU mode credits each thread with the CPU
@@ -412,7 +419,10 @@ impl Writer {
             .env
             .all_stack_traces(self.shared.options.depth as i32)
         else {
-            *self.walk_failures.entry("safepoint_walk_failed").or_default() += 1;
+            *self
+                .walk_failures
+                .entry("safepoint_walk_failed")
+                .or_default() += 1;
             return;
         };
         let cpu = self.shared.options.mode == Mode::Cpu;
@@ -441,13 +451,19 @@ impl Writer {
             let thread = self.builder.thread(Thread { tid: 0, name });
             let mut stack: Vec<u32> = Vec::with_capacity(ts.frames.len() + 1);
             if ts.frames.len() >= self.shared.options.depth {
-                stack.push(self.symbols.synthetic_frame(&mut self.builder, "[truncated]"));
-            }
-            for &(method, bci) in ts.frames.iter().rev() {
                 stack.push(
                     self.symbols
-                        .java_frame(&self.ctx.env, jni, &mut self.builder, method, bci),
+                        .synthetic_frame(&mut self.builder, "[truncated]"),
                 );
+            }
+            for &(method, bci) in ts.frames.iter().rev() {
+                stack.push(self.symbols.java_frame(
+                    &self.ctx.env,
+                    jni,
+                    &mut self.builder,
+                    method,
+                    bci,
+                ));
             }
             let stack_id = self.builder.stack(&stack);
             self.builder
@@ -508,6 +524,27 @@ impl Writer {
             profile.total(0),
             self.shared.options.file.display()
         ))
+    }
+}
+
+/// The kind of a HotSpot-internal thread, by its kernel name (HotSpot names its threads; the
+/// compiler threads are JavaThreads hidden from JVMTI, so AsyncGetCallTrace cannot walk them).
+fn internal_thread_kind(comm: &str) -> Option<&'static str> {
+    if comm.starts_with("C1 CompilerThre") || comm.starts_with("C2 CompilerThre") {
+        Some("[JIT compiler]")
+    } else if comm.starts_with("GC Thread")
+        || comm.starts_with("G1 ")
+        || comm.starts_with("ZGC")
+        || comm.starts_with("Shenandoah")
+        || comm.starts_with("ConcurrentGC")
+    {
+        Some("[GC]")
+    } else if comm == "VM Thread" {
+        Some("[VM thread]")
+    } else if comm.starts_with("VM Periodic") || comm == "Sweeper thread" {
+        Some("[JVM internal]")
+    } else {
+        None
     }
 }
 

@@ -3,12 +3,20 @@
 //! Every subcommand lives in its own module with an `Args` struct (clap derive) and a
 //! `run(args) -> anyhow::Result<i32>` that returns the process exit code.
 
+mod convert;
+mod demo;
 mod instrument;
+mod record;
+mod report;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "jvmprof", version, about = "A profiler for Java (JVM) applications")]
+#[command(
+    name = "jvmprof",
+    version,
+    about = "A profiler for Java (JVM) applications"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -16,6 +24,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a JVM under the profiler (`-- java ...`) or attach to one (`--pid`).
+    Record(record::Args),
+    /// Text report: top methods by self and total.
+    Report(report::Args),
+    /// Convert a profile between formats.
+    Convert(convert::Args),
+    /// Profile a bundled Java demo and write demo.html.
+    Demo(demo::Args),
     /// Offline instrumentation of a jar, class directory or class file.
     Instrument(instrument::Args),
 }
@@ -23,6 +39,10 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result: anyhow::Result<i32> = match cli.command {
+        Command::Record(a) => record::run(a),
+        Command::Report(a) => report::run(a),
+        Command::Convert(a) => convert::run(a),
+        Command::Demo(a) => demo::run(a),
         Command::Instrument(a) => instrument::run(a),
     };
     match result {

@@ -317,8 +317,10 @@ impl Env {
         // without the can_get_line_numbers capability.
         let lines = unsafe { jvmti.get_line_number_table(method.raw()) }
             .map(|t| {
-                let mut v: Vec<(i64, i32)> =
-                    t.iter().map(|e| (e.start_location, e.line_number)).collect();
+                let mut v: Vec<(i64, i32)> = t
+                    .iter()
+                    .map(|e| (e.start_location, e.line_number))
+                    .collect();
                 v.sort_unstable();
                 v
             })

@@ -47,6 +47,8 @@ pub struct Ring {
 // publishes with a release store of `seq`) and then by the one consumer (after an acquire load
 // of `seq`), so no two threads access a slot's cells at the same time.
 unsafe impl Sync for Ring {}
+// SAFETY: the ring owns its buffers; the raw method pointers in frames are plain ids.
+unsafe impl Send for Ring {}
 
 /// A reserved slot; must be published with [`Ring::publish`].
 pub struct Reservation {

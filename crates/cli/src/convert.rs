@@ -1,0 +1,43 @@
+//! `jvmprof convert IN -o OUT`: between the output formats (the input is recognized by content).
+
+use anyhow::{Context, Result, anyhow};
+use jvmprof_profile::{ExportOptions, Format, Metric};
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The profile to read: .jvmprof, pprof (.pb.gz) or collapsed.
+    pub input: PathBuf,
+    /// The file to write; its extension picks the format.
+    #[arg(short = 'o', long = "output")]
+    pub output: PathBuf,
+    /// Output format, overriding the extension.
+    #[arg(long)]
+    pub format: Option<String>,
+    /// The metric single-metric formats carry.
+    #[arg(long)]
+    pub value: Option<String>,
+    /// Put a `[thread name]` frame at the root of every stack.
+    #[arg(long)]
+    pub threads: bool,
+}
+
+pub fn run(args: Args) -> Result<i32> {
+    let format = match &args.format {
+        Some(f) => Format::parse(f)?,
+        None => Format::from_path(&args.output)?,
+    };
+    let metric = match &args.value {
+        Some(v) => Some(Metric::parse(v).ok_or_else(|| anyhow!("unknown --value '{v}'"))?),
+        None => None,
+    };
+    let profile = jvmprof_profile::read_any(&args.input)?;
+    let out = std::fs::File::create(&args.output)
+        .with_context(|| format!("cannot create {}", args.output.display()))?;
+    let options = ExportOptions {
+        metric,
+        threads: args.threads,
+    };
+    jvmprof_profile::write(&profile, format, &options, std::io::BufWriter::new(out))?;
+    Ok(0)
+}

@@ -1,0 +1,268 @@
+//! `jvmprof record`: run a JVM under the agent (`-- java ...`), or attach to one (`--pid`), and
+//! write the profile in the format the output file's extension names.
+//!
+//! The agent always writes the native `.jvmprof` file into a private temporary directory; this
+//! process converts it, so no formatting work happens inside the target JVM.
+
+use anyhow::{Context, Result, anyhow, bail};
+use jvmprof_cli::attach;
+use jvmprof_profile::{ExportOptions, Format, Metric};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// What to sample: cpu (thread CPU time) or wall (every thread, whatever its state).
+    #[arg(long, default_value = "cpu")]
+    pub mode: String,
+    /// Sampling interval (e.g. 10ms, 1ms, 500us).
+    #[arg(long, default_value = "10ms")]
+    pub interval: String,
+    /// Put a `[thread name]` frame at the root of every stack.
+    #[arg(long)]
+    pub threads: bool,
+    /// Output file; its extension picks the format (.html, .collapsed, .pb.gz,
+    /// .speedscope.json, .jvmprof, ...).
+    #[arg(short = 'o', long = "output", default_value = "profile.html")]
+    pub output: PathBuf,
+    /// Output format, overriding the extension.
+    #[arg(long)]
+    pub format: Option<String>,
+    /// The metric single-metric formats carry: samples or ns.
+    #[arg(long)]
+    pub value: Option<String>,
+    /// Deepest stack recorded, in frames.
+    #[arg(long, default_value_t = 512)]
+    pub depth: usize,
+    /// Stack walker: auto (AsyncGetCallTrace when available), asgct or safepoint.
+    #[arg(long, default_value = "auto")]
+    pub engine: String,
+    /// Attach to this running JVM instead of launching one.
+    #[arg(long, conflicts_with = "command")]
+    pub pid: Option<u32>,
+    /// With --pid: stop after this long (default: until Ctrl-C or the JVM exits).
+    #[arg(long, requires = "pid")]
+    pub duration: Option<String>,
+    /// The agent library (default: libjvmprof_agent.so next to this executable).
+    #[arg(long, env = "JVMPROF_AGENT")]
+    pub agent: Option<PathBuf>,
+    /// The JVM command line, after `--`: java [options] MainClass|-jar app.jar [args]
+    #[arg(last = true, value_name = "JAVA COMMAND")]
+    pub command: Vec<String>,
+}
+
+pub fn run(args: Args) -> Result<i32> {
+    let format = match &args.format {
+        Some(f) => Format::parse(f)?,
+        None => Format::from_path(&args.output)?,
+    };
+    let metric = match &args.value {
+        Some(v) => Some(Metric::parse(v).ok_or_else(|| anyhow!("unknown --value '{v}'"))?),
+        None => None,
+    };
+    let agent = find_agent(args.agent.as_deref())?;
+    let work = TempDir::new()?;
+    let native = work.path.join("profile.jvmprof");
+    let status = work.path.join("status");
+    let mut options = format!(
+        "mode={},interval={},depth={},engine={},file={},status={}",
+        args.mode,
+        args.interval,
+        args.depth,
+        args.engine,
+        native.display(),
+        status.display()
+    );
+    let code = match args.pid {
+        Some(pid) => {
+            if let Some(d) = &args.duration {
+                options.push_str(&format!(",duration={d}"));
+            }
+            attach_and_record(pid, &agent, &options, &native, &status)?;
+            0
+        }
+        None => launch(&args.command, &agent, &options, &status)?,
+    };
+    if !native.exists() {
+        bail!("the agent wrote no profile (see its messages above)");
+    }
+    let profile = jvmprof_profile::read_any(&native)?;
+    let out = std::fs::File::create(&args.output)
+        .with_context(|| format!("cannot create {}", args.output.display()))?;
+    let export = ExportOptions {
+        metric,
+        threads: args.threads,
+    };
+    jvmprof_profile::write(&profile, format, &export, std::io::BufWriter::new(out))?;
+    let failures: u64 = profile.meta.walk_failures.values().sum();
+    eprintln!(
+        "jvmprof: {} samples ({} failed walks, {} dropped) written to {}",
+        profile.samples.iter().map(|s| s.values[0]).sum::<u64>(),
+        failures,
+        profile.meta.dropped_samples,
+        args.output.display()
+    );
+    Ok(code)
+}
+
+/// The agent library: `--agent`/`JVMPROF_AGENT`, else next to this executable.
+pub fn find_agent(explicit: Option<&Path>) -> Result<PathBuf> {
+    let path = match explicit {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_exe()?
+            .parent()
+            .ok_or_else(|| anyhow!("cannot locate the jvmprof executable's directory"))?
+            .join("libjvmprof_agent.so"),
+    };
+    if !path.is_file() {
+        bail!(
+            "agent library {} not found (build it with `cargo build --release`, or pass --agent PATH / set JVMPROF_AGENT)",
+            path.display()
+        );
+    }
+    Ok(std::fs::canonicalize(&path)?)
+}
+
+/// Runs `java ...` with the agent; returns the JVM's exit code (128 + signal if it was killed).
+fn launch(command: &[String], agent: &Path, options: &str, status: &Path) -> Result<i32> {
+    let Some((java, rest)) = command.split_first() else {
+        bail!(
+            "nothing to run: give the JVM command after `--`, e.g. jvmprof record -- java -jar app.jar"
+        );
+    };
+    let interrupted = ignore_interrupts()?;
+    let mut child = std::process::Command::new(java)
+        .arg(format!("-agentpath:{}={options}", agent.display()))
+        .args(rest)
+        .spawn()
+        .with_context(|| format!("cannot run {java}"))?;
+    let progress = Progress::new(status);
+    let exit = loop {
+        if let Some(exit) = child.try_wait()? {
+            break exit;
+        }
+        progress.show();
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    progress.clear();
+    if interrupted.load(Ordering::Relaxed) {
+        eprintln!("jvmprof: interrupted; the JVM wrote its profile on the way out");
+    }
+    Ok(exit_code(exit))
+}
+
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1)
+}
+
+/// Attaches, waits for the duration, Ctrl-C or the JVM's exit, and waits for the profile.
+fn attach_and_record(
+    pid: u32,
+    agent: &Path,
+    options: &str,
+    native: &Path,
+    status: &Path,
+) -> Result<()> {
+    let interrupted = ignore_interrupts()?;
+    attach::load_agent(pid, agent, options)
+        .with_context(|| format!("cannot start the agent in process {pid}"))?;
+    eprintln!("jvmprof: profiling process {pid}; Ctrl-C to stop");
+    let progress = Progress::new(status);
+    let mut stop_sent = false;
+    let mut deadline: Option<Instant> = None;
+    while !native.exists() {
+        let alive = Path::new(&format!("/proc/{pid}")).exists();
+        if interrupted.load(Ordering::Relaxed) && !stop_sent && alive {
+            progress.clear();
+            eprintln!("jvmprof: stopping");
+            attach::load_agent(pid, agent, "stop").context("cannot send stop to the agent")?;
+            stop_sent = true;
+        }
+        if !alive || stop_sent {
+            // The agent writes at stop or at VM death; allow it a moment.
+            let d = *deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs(60));
+            if Instant::now() > d {
+                bail!("process {pid} did not write a profile within 60 s");
+            }
+        }
+        progress.show();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    progress.clear();
+    Ok(())
+}
+
+/// Ctrl-C goes to the whole foreground process group: the JVM shuts down (and writes its profile)
+/// while this process keeps running to convert it.
+fn ignore_interrupts() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, flag.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, flag.clone())?;
+    Ok(flag)
+}
+
+/// The `recording 12s, 1234 samples` line on a terminal.
+struct Progress {
+    status: PathBuf,
+    tty: bool,
+}
+
+impl Progress {
+    fn new(status: &Path) -> Progress {
+        Progress {
+            status: status.to_path_buf(),
+            tty: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn show(&self) {
+        if !self.tty {
+            return;
+        }
+        if let Ok(text) = std::fs::read_to_string(&self.status) {
+            let mut it = text.split_whitespace();
+            if let (Some(ms), Some(n)) = (it.next(), it.next()) {
+                let secs = ms.parse::<u64>().unwrap_or(0) / 1000;
+                eprint!("\r\x1b[2Kjvmprof: recording {secs}s, {n} samples");
+            }
+        }
+    }
+
+    fn clear(&self) {
+        if self.tty {
+            eprint!("\r\x1b[2K");
+        }
+    }
+}
+
+/// A private directory for the agent's files, removed on drop.
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new() -> Result<TempDir> {
+        let base = std::env::temp_dir();
+        for n in 0..1000u32 {
+            let path = base.join(format!("jvmprof-{}-{n}", std::process::id()));
+            if std::fs::create_dir(&path).is_ok() {
+                return Ok(TempDir { path });
+            }
+        }
+        bail!("cannot create a directory under {}", base.display())
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
