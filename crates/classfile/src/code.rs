@@ -225,6 +225,14 @@ pub struct Code {
     next_label: u32,
 }
 
+/// The result of one layout attempt.
+enum Laid {
+    /// Code bytes and each label's offset.
+    Done(Vec<u8>, Vec<Option<u32>>),
+    /// Conditional jump at this index is out of reach and needs a trampoline (offsets given).
+    NeedTrampoline(usize, Vec<u32>),
+}
+
 /// Labels created on read, one per referenced offset.
 struct Labels {
     by_offset: BTreeMap<u32, Label>,
@@ -526,7 +534,19 @@ impl Code {
                 "constant pool too large for placeholder class indices",
             ));
         }
-        let (code, label_off) = self.layout()?;
+        let mut owned: Option<Code> = None;
+        let (code, label_off) = loop {
+            let c = owned.as_ref().unwrap_or(self);
+            match c.layout()? {
+                Laid::Done(code, offs) => break (code, offs),
+                Laid::NeedTrampoline(i, offs) => {
+                    let mut n = c.clone();
+                    n.add_trampoline(i, &offs)?;
+                    owned = Some(n);
+                }
+            }
+        };
+        let this = owned.as_ref().unwrap_or(self);
         let off = |l: Label| -> RawResult<u32> {
             label_off
                 .get(l.0 as usize)
@@ -535,21 +555,21 @@ impl Code {
                 .ok_or_else(|| RawError::new(0, format!("label {} is used but never placed", l.0)))
         };
         let mut frame_bodies = Vec::new();
-        for a in &self.attributes {
+        for a in &this.attributes {
             if let CodeAttrBody::StackMap(frames) = &a.body {
                 let mut b = Vec::new();
-                self.write_frames(&mut b, frames, &off, cp)?;
+                this.write_frames(&mut b, frames, &off, cp)?;
                 frame_bodies.push(b);
             }
         }
         let mut frame_bodies = frame_bodies.into_iter();
         let mut out = Vec::with_capacity(code.len() + 64);
-        put_u2(&mut out, self.max_stack);
-        put_u2(&mut out, self.max_locals);
+        put_u2(&mut out, this.max_stack);
+        put_u2(&mut out, this.max_locals);
         put_u4(&mut out, code.len() as u32);
         out.extend_from_slice(&code);
-        put_u2(&mut out, self.handlers.len() as u16);
-        for h in &self.handlers {
+        put_u2(&mut out, this.handlers.len() as u16);
+        for h in &this.handlers {
             let (s, e) = (off(h.start)?, off(h.end)?);
             if s >= e {
                 return Err(RawError::new(
@@ -751,7 +771,8 @@ impl Code {
     /// Computes offsets to a fixed point: switch padding depends on position, and a jump whose
     /// target is beyond ±32 KiB is widened (`goto`→`goto_w`, `jsr`→`jsr_w`, a conditional to
     /// its inverse over a `goto_w`). Returns the code bytes and each label's offset.
-    fn layout(&self) -> RawResult<(Vec<u8>, Vec<Option<u32>>)> {
+    fn layout(&self) -> RawResult<Laid> {
+        let has_frames = self.major >= 50;
         let mut wide = vec![false; self.insns.len()];
         let mut label_off: Vec<Option<u32>> = vec![None; self.next_label as usize];
         let mut insn_off = vec![0u32; self.insns.len()];
@@ -793,6 +814,9 @@ impl Code {
                         })?;
                     let d = i64::from(t) - i64::from(insn_off[i]);
                     if i16::try_from(d).is_err() {
+                        if has_frames && is_conditional(insn.opcode().unwrap_or(0)) {
+                            return Ok(Laid::NeedTrampoline(i, insn_off));
+                        }
                         wide[i] = true;
                         changed = true;
                     }
@@ -802,7 +826,6 @@ impl Code {
                 break;
             }
         }
-        let has_frames = self.major >= 50;
         let mut out = Vec::with_capacity(insn_off.last().copied().unwrap_or(0) as usize + 16);
         let target = |l: &Label| label_off.get(l.0 as usize).copied().flatten().unwrap_or(0);
         for (i, insn) in self.insns.iter().enumerate() {
@@ -869,14 +892,8 @@ impl Code {
                     } else if *op == GOTO || *op == JSR {
                         out.push(if *op == GOTO { GOTO_W } else { JSR_W });
                         put_u4(&mut out, d(t) as u32);
-                    } else if has_frames {
-                        // The instruction after the goto_w would be a new merge point needing a
-                        // frame we cannot compute without type inference.
-                        return Err(RawError::new(
-                            at as usize,
-                            "conditional jump beyond 32 KiB in a class with stack maps (needs a new frame)",
-                        ));
                     } else {
+                        // Only without stack maps (a trampoline is used with them).
                         out.push(invert(*op));
                         put_u2(&mut out, 8);
                         out.push(GOTO_W);
@@ -909,7 +926,95 @@ impl Code {
                 }
             }
         }
-        Ok((out, label_off))
+        Ok(Laid::Done(out, label_off))
+    }
+
+    /// Widens a far conditional in code with stack maps without a new merge point that would
+    /// need type inference: the conditional jumps to a trampoline `goto(_w) target` placed
+    /// after a nearby unconditional transfer (so nothing falls into it), whose frame is a copy
+    /// of the target's. Positions inside exception ranges are avoided (the copied frame need
+    /// not fit the handler).
+    fn add_trampoline(&mut self, jump: usize, insn_off: &[u32]) -> RawResult<()> {
+        let Some(Insn::Jump { target, .. }) = self.insns.get(jump).cloned() else {
+            return Err(RawError::new(0, "trampoline for a non-jump"));
+        };
+        let pos_of = |l: Label| self.insns.iter().position(|x| *x == Insn::Label(l));
+        // The target's frame: any frame at a label in the run of labels around the target.
+        let tpos = pos_of(target).ok_or_else(|| RawError::new(0, "jump to unplaced label"))?;
+        let (mut a, mut b) = (tpos, tpos);
+        while a > 0 && matches!(self.insns[a - 1], Insn::Label(_)) {
+            a -= 1;
+        }
+        while b + 1 < self.insns.len() && matches!(self.insns[b + 1], Insn::Label(_)) {
+            b += 1;
+        }
+        let run: Vec<Label> = self.insns[a..=b]
+            .iter()
+            .filter_map(|x| {
+                if let Insn::Label(l) = x {
+                    Some(*l)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let frame = self
+            .frames()
+            .and_then(|fs| fs.iter().find(|f| run.contains(&f.label)))
+            .cloned()
+            .ok_or_else(|| {
+                RawError::new(
+                    insn_off[jump] as usize,
+                    "far branch target has no stack-map frame",
+                )
+            })?;
+        let ranges: Vec<(usize, usize)> = self
+            .handlers
+            .iter()
+            .filter_map(|h| Some((pos_of(h.start)?, pos_of(h.end)?)))
+            .collect();
+        let here = i64::from(insn_off[jump]);
+        let mut best: Option<(i64, usize)> = None;
+        for (j, insn) in self.insns.iter().enumerate() {
+            let unconditional = match insn {
+                Insn::Jump { op, .. } => *op == GOTO,
+                Insn::Simple(op) => is_return(*op) || *op == ATHROW,
+                Insn::Local { op, .. } => *op == RET,
+                Insn::TableSwitch { .. } | Insn::LookupSwitch { .. } => true,
+                _ => false,
+            };
+            let q = j + 1;
+            if !unconditional || ranges.iter().any(|&(s, e)| s < q && q <= e) {
+                continue;
+            }
+            let at = i64::from(insn_off.get(q).copied().unwrap_or_else(|| insn_off[j] + 5));
+            let dist = (at - here).abs();
+            // Margin for the trampolines and widenings still to come.
+            if dist < 30_000 && best.is_none_or(|(d, _)| dist < d) {
+                best = Some((dist, q));
+            }
+        }
+        let (_, q) = best.ok_or_else(|| {
+            RawError::new(
+                insn_off[jump] as usize,
+                "conditional jump beyond 32 KiB with no place for a trampoline within reach",
+            )
+        })?;
+        let tl = self.new_label();
+        self.insns
+            .splice(q..q, [Insn::Label(tl), Insn::Jump { op: GOTO, target }]);
+        let j = if q <= jump { jump + 2 } else { jump };
+        if let Some(Insn::Jump { target, .. }) = self.insns.get_mut(j) {
+            *target = tl;
+        }
+        if let Some(fs) = self.frames_mut() {
+            fs.push(Frame {
+                label: tl,
+                locals: frame.locals,
+                stack: frame.stack,
+            });
+        }
+        Ok(())
     }
 }
 

@@ -154,7 +154,8 @@ fn add_calls(
     id: i32,
     ctor: bool,
 ) -> std::result::Result<(), String> {
-    let start = if ctor {
+    // java/lang/Object's constructor has no super() call: `this` starts initialized.
+    let start = if ctor && cf.super_class != 0 {
         constructor_init_call(cf, code)? + 1
     } else {
         0

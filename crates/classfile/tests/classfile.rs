@@ -334,11 +334,14 @@ fn backward_goto_widens_to_goto_w_and_verifies() {
     let back = i32::from_be_bytes(code_bytes[40_013..40_017].try_into().unwrap());
     assert_eq!(back, 2 - 40_012);
     let _ = Code::read(&re, mi).unwrap().unwrap();
-    assert_eq!(run_java(&dir, "Shapes", &["-Xverify:all"]), "spin 5\n");
+    assert_eq!(
+        run_java(&dir, "Shapes", &["-Xverify:all"]),
+        "spin 5\nfar 1 2 71\n"
+    );
 }
 
 #[test]
-fn long_conditional_with_frames_is_refused_and_method_unchanged() {
+fn long_conditional_with_frames_and_no_trampoline_spot_is_refused_and_method_unchanged() {
     let dir = compile_fixtures("widen-cond-frames");
     let mut cf = ClassFile::read(&std::fs::read(dir.join("Foo.class")).unwrap()).unwrap();
     let before = cf.clone();
@@ -347,9 +350,40 @@ fn long_conditional_with_frames_is_refused_and_method_unchanged() {
     let iinc = find_insn(&code, |i| matches!(i, Insn::Iinc { .. }));
     pad_nops(&mut code, iinc, 40_000);
     let e = cf.set_code(mi, &code).unwrap_err();
-    assert!(e.what.contains("conditional jump beyond 32 KiB"), "{e}");
+    // The only unconditional transfers (the loop's goto, the return) are 40 KB away.
+    assert!(e.what.contains("no place for a trampoline"), "{e}");
     assert_eq!(e.class, "Foo");
     assert_eq!(cf.methods, before.methods);
+}
+
+#[test]
+fn long_conditional_with_frames_jumps_to_a_trampoline_after_an_earlier_goto() {
+    let dir = compile_fixtures("widen-trampoline");
+    let path = dir.join("Shapes.class");
+    let mut cf = ClassFile::read(&std::fs::read(&path).unwrap()).unwrap();
+    let mi = method_index(&cf, "far");
+    let mut code = Code::read(&cf, mi).unwrap().unwrap();
+    let frames = code.frames().unwrap().len();
+    let iinc = find_insn(&code, |i| matches!(i, Insn::Iinc { delta: 1, .. }));
+    pad_nops(&mut code, iinc, 40_000);
+    cf.set_code(mi, &code).unwrap();
+    std::fs::write(&path, cf.write()).unwrap();
+    let attr = &cf.methods[mi].attributes[cf
+        .find_attribute(&cf.methods[mi].attributes, "Code")
+        .unwrap()];
+    let c = &attr.data[8..];
+    // 9: goto 14 (now 19: it skips the 5-byte trampoline), 12: trampoline goto_w to the else branch.
+    assert_eq!(&c[9..12], &[0xa7, 0x00, 0x0a]);
+    assert_eq!(c[12], 0xc8);
+    // 20: ifle jumps back to the trampoline at 12.
+    assert_eq!(c[20], 0x9e);
+    assert_eq!(i16::from_be_bytes([c[21], c[22]]), 12 - 20);
+    let re = Code::read(&cf, mi).unwrap().unwrap();
+    assert_eq!(re.frames().unwrap().len(), frames + 1);
+    assert_eq!(
+        run_java(&dir, "Shapes", &["-Xverify:all"]),
+        "spin 5\nfar 1 2 71\n"
+    );
 }
 
 #[test]
