@@ -1,0 +1,423 @@
+//! End-to-end tests of `jvmprof record` on real JVMs running the fixture programs in
+//! `tests/fixtures/`, whose ground truth is the JVM's own accounting (ThreadMXBean CPU time).
+//!
+//! The agent library must be built next to the `jvmprof` binary (`cargo build --release` before
+//! `cargo test --release`, as README.md says). JVM tests run one at a time so that they do not
+//! compete for the two cores of a CI machine.
+
+use jvmprof_profile::{Profile, ThreadState};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn jvmprof() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_jvmprof"));
+    let agent = bin.with_file_name("libjvmprof_agent.so");
+    assert!(
+        agent.is_file(),
+        "{} is missing: run `cargo build --release` before the tests (see README.md)",
+        agent.display()
+    );
+    bin
+}
+
+fn agent() -> PathBuf {
+    jvmprof().with_file_name("libjvmprof_agent.so")
+}
+
+/// The fixture classes, compiled once per test process.
+fn classes() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+        let out = scratch("classes");
+        let sources: Vec<PathBuf> = std::fs::read_dir(&src)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "java"))
+            .collect();
+        let status = Command::new(jdk_tool(None, "javac"))
+            .arg("--release")
+            .arg("11")
+            .arg("-d")
+            .arg(&out)
+            .args(&sources)
+            .status()
+            .expect("javac must be installed (apt-get install openjdk-17-jdk-headless)");
+        assert!(status.success(), "javac failed on the fixtures");
+        out
+    })
+}
+
+fn jdk_tool(home: Option<&Path>, tool: &str) -> String {
+    match home {
+        Some(h) => h.join("bin").join(tool).display().to_string(),
+        None => tool.to_string(),
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir()
+        .join(format!("jvmprof-tests-{}", std::process::id()))
+        .join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("cannot run command");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed with {}:\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `record` with `args` around `java [jvm_args] -cp classes MAIN main_args`.
+fn record(java_home: Option<&Path>, args: &[&str], main: &[&str]) -> Output {
+    let mut cmd = Command::new(jvmprof());
+    cmd.arg("record").args(args).arg("--");
+    cmd.arg(jdk_tool(java_home, "java"))
+        .arg("-cp")
+        .arg(classes())
+        .args(main);
+    run_ok(&mut cmd)
+}
+
+/// `cpu <thread> <ns>` lines printed by CpuSplit.
+fn jvm_cpu(stdout: &[u8]) -> HashMap<String, f64> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            (it.next()? == "cpu").then_some(())?;
+            Some((it.next()?.to_string(), it.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Samples per thread name.
+fn samples_by_thread(p: &Profile) -> HashMap<String, u64> {
+    let mut m = HashMap::new();
+    for s in &p.samples {
+        *m.entry(p.threads[s.thread as usize].name.clone())
+            .or_default() += s.values[0];
+    }
+    m
+}
+
+fn leaf_share(p: &Profile, thread: &str, method: &str) -> f64 {
+    let (mut hit, mut all) = (0u64, 0u64);
+    for s in &p.samples {
+        if p.threads[s.thread as usize].name != thread {
+            continue;
+        }
+        all += s.values[0];
+        if p.stack_frames(s.stack)
+            .last()
+            .is_some_and(|f| f.name() == method)
+        {
+            hit += s.values[0];
+        }
+    }
+    hit as f64 / all.max(1) as f64
+}
+
+/// Asserts the CPU split between busy-a and busy-b matches the JVM's accounting within 3 points,
+/// and that the sleeping and the blocked thread got at most 1 % of the samples.
+fn check_cpu_profile(p: &Profile, stdout: &[u8]) {
+    let truth = jvm_cpu(stdout);
+    let by_thread = samples_by_thread(p);
+    let a = *by_thread.get("busy-a").unwrap_or(&0) as f64;
+    let b = *by_thread.get("busy-b").unwrap_or(&0) as f64;
+    assert!(a + b > 100.0, "too few samples: {by_thread:?}");
+    let share = a / (a + b);
+    let truth_share = truth["busy-a"] / (truth["busy-a"] + truth["busy-b"]);
+    assert!(
+        (share - truth_share).abs() <= 0.03,
+        "busy-a share {share:.3} vs JVM accounting {truth_share:.3} ({by_thread:?}, {truth:?})"
+    );
+    let total: u64 = by_thread.values().sum();
+    let idle = by_thread.get("sleeper").unwrap_or(&0) + by_thread.get("blocked").unwrap_or(&0);
+    assert!(
+        idle as f64 <= 0.01 * total as f64,
+        "idle threads got {idle} of {total} samples"
+    );
+    // True stacks: the busy threads' samples end in the method doing the work.
+    assert!(leaf_share(p, "busy-a", "CpuSplit.spinA") > 0.8);
+    assert!(leaf_share(p, "busy-b", "CpuSplit.spinB") > 0.5);
+}
+
+fn cpu_run(java_home: Option<&Path>, name: &str, extra: &[&str]) -> (Profile, Output) {
+    let file = scratch(name).join("cpu.jvmprof");
+    let mut args = vec!["--mode", "cpu", "--interval", "10ms", "-o"];
+    let f = file.to_str().unwrap().to_string();
+    args.push(&f);
+    args.extend_from_slice(extra);
+    let out = record(java_home, &args, &["CpuSplit", "6"]);
+    (jvmprof_profile::read_any(&file).unwrap(), out)
+}
+
+#[test]
+fn cpu_shares_match_the_jvms_accounting() {
+    let _g = serial();
+    let (p, out) = cpu_run(None, "cpu", &[]);
+    assert_eq!(p.meta.modes, vec!["cpu"]);
+    assert_eq!(p.meta.engine, "asgct");
+    assert_eq!(p.meta.interval_ns, 10_000_000);
+    assert!(
+        p.meta.jvm_version.starts_with("17"),
+        "{}",
+        p.meta.jvm_version
+    );
+    check_cpu_profile(&p, &out.stdout);
+    // Failed walks are counted by reason in the metadata, and each has its own sample.
+    let failures: u64 = p.meta.walk_failures.values().sum();
+    let unknown: u64 = p
+        .samples
+        .iter()
+        .filter(|s| {
+            p.stack_frames(s.stack)
+                .any(|f| f.method.starts_with("[unknown: "))
+        })
+        .map(|s| s.values[0])
+        .sum();
+    assert_eq!(failures, unknown);
+}
+
+#[test]
+fn a_second_run_gives_the_same_shares() {
+    let _g = serial();
+    let (p1, o1) = cpu_run(None, "repeat1", &[]);
+    let (p2, o2) = cpu_run(None, "repeat2", &[]);
+    check_cpu_profile(&p1, &o1.stdout);
+    check_cpu_profile(&p2, &o2.stdout);
+}
+
+#[test]
+fn safepoint_engine_also_matches_the_jvms_accounting() {
+    let _g = serial();
+    let (p, out) = cpu_run(None, "safepoint", &["--engine", "safepoint"]);
+    assert_eq!(p.meta.engine, "safepoint");
+    check_cpu_profile(&p, &out.stdout);
+}
+
+#[test]
+fn wall_mode_samples_every_thread_with_its_state() {
+    let _g = serial();
+    let file = scratch("wall").join("wall.jvmprof");
+    record(
+        None,
+        &[
+            "--mode",
+            "wall",
+            "--interval",
+            "20ms",
+            "-o",
+            file.to_str().unwrap(),
+        ],
+        &["CpuSplit", "4"],
+    );
+    let p = jvmprof_profile::read_any(&file).unwrap();
+    assert_eq!(p.meta.modes, vec!["wall"]);
+    let by_thread = samples_by_thread(&p);
+    let a = by_thread["busy-a"] as f64;
+    for idle in ["sleeper", "blocked"] {
+        let n = *by_thread.get(idle).unwrap_or(&0) as f64;
+        assert!(
+            n >= 0.8 * a && n <= 1.25 * a,
+            "{idle} has {n} wall samples, busy-a {a}: {by_thread:?}"
+        );
+    }
+    let state_share = |thread: &str, state: ThreadState| {
+        let (mut hit, mut all) = (0u64, 0u64);
+        for s in &p.samples {
+            if p.threads[s.thread as usize].name == thread {
+                all += s.values[0];
+                if s.state == state {
+                    hit += s.values[0];
+                }
+            }
+        }
+        hit as f64 / all.max(1) as f64
+    };
+    assert!(state_share("sleeper", ThreadState::Sleeping) > 0.9);
+    assert!(state_share("blocked", ThreadState::Blocked) > 0.9);
+    assert!(state_share("busy-a", ThreadState::Running) > 0.9);
+}
+
+#[test]
+fn attach_by_pid_profiles_and_the_target_finishes_normally() {
+    let _g = serial();
+    let mut target = Command::new("java")
+        .arg("-cp")
+        .arg(classes())
+        .args(["Service", "10"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(target.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let file = scratch("attach").join("attach.collapsed");
+    let out = run_ok(Command::new(jvmprof()).args([
+        "record",
+        "--pid",
+        &target.id().to_string(),
+        "--duration",
+        "3s",
+        "-o",
+        file.to_str().unwrap(),
+    ]));
+    let collapsed = std::fs::read_to_string(&file).unwrap();
+    let value = |l: &str| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap();
+    let all: u64 = collapsed.lines().map(value).sum();
+    let work: u64 = collapsed
+        .lines()
+        .filter(|l| l.contains("Service.main;Service.work "))
+        .map(value)
+        .sum();
+    // CPU samples follow the CPU the thread got (less than 3 s when the machine is busy), so the
+    // check is that the busy method dominates, not an absolute count.
+    assert!(
+        work >= 20 && work as f64 >= 0.9 * all as f64,
+        "Service.work has {work} of {all} samples:\n{collapsed}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert_eq!(rest, vec!["done"]);
+    assert!(target.wait().unwrap().success());
+}
+
+#[test]
+fn record_exits_with_the_jvms_exit_code() {
+    let _g = serial();
+    let file = scratch("exit").join("exit.collapsed");
+    let out = Command::new(jvmprof())
+        .args(["record", "-o", file.to_str().unwrap(), "--", "java", "-cp"])
+        .arg(classes())
+        .args(["Exit", "7"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    assert!(
+        file.is_file(),
+        "the profile is written even on a non-zero exit"
+    );
+}
+
+#[test]
+fn a_bad_option_is_reported_and_the_application_still_runs() {
+    let _g = serial();
+    let out = Command::new("java")
+        .arg(format!("-agentpath:{}=colour=red", agent().display()))
+        .arg("-cp")
+        .arg(classes())
+        .args(["Service", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ready\ndone\n");
+    assert_eq!(stderr.matches("jvmprof:").count(), 1, "{stderr}");
+    assert!(stderr.contains("unknown option 'colour'"), "{stderr}");
+}
+
+#[test]
+fn every_format_is_written_and_parses() {
+    let _g = serial();
+    let dir = scratch("formats");
+    let native = dir.join("p.jvmprof");
+    record(None, &["-o", native.to_str().unwrap()], &["CpuSplit", "2"]);
+    let p = jvmprof_profile::read_any(&native).unwrap();
+    let total: u64 = p.samples.iter().map(|s| s.values[0]).sum();
+    let convert = |name: &str, extra: &[&str]| {
+        let out = dir.join(name);
+        run_ok(
+            Command::new(jvmprof())
+                .arg("convert")
+                .arg(&native)
+                .arg("-o")
+                .arg(&out)
+                .args(extra),
+        );
+        out
+    };
+    // collapsed: every line "frames value", values add up to the sample total.
+    let collapsed = std::fs::read_to_string(convert("p.collapsed", &["--threads"])).unwrap();
+    let mut sum = 0u64;
+    for line in collapsed.lines() {
+        let (stack, value) = line.rsplit_once(' ').unwrap();
+        assert!(stack.starts_with('['), "thread frame first: {line}");
+        sum += value.parse::<u64>().unwrap();
+    }
+    assert_eq!(sum, total);
+    assert!(collapsed.contains("[busy-a];java.lang.Thread.run;"));
+    // pprof: read back through our pprof reader, same totals.
+    let pprof = jvmprof_profile::read_any(convert("p.pb.gz", &[])).unwrap();
+    assert_eq!(
+        pprof.samples.iter().map(|s| s.values[0]).sum::<u64>(),
+        total
+    );
+    // speedscope: valid JSON with frames and weighted samples.
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(convert("p.speedscope.json", &[])).unwrap()).unwrap();
+    let weights: u64 = json["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|pr| pr["weights"].as_array().unwrap().iter())
+        .map(|w| w.as_u64().unwrap())
+        .sum();
+    assert_eq!(weights, total);
+    assert!(!json["shared"]["frames"].as_array().unwrap().is_empty());
+    // HTML: self-contained.
+    let html = std::fs::read_to_string(convert("p.html", &[])).unwrap();
+    assert!(html.contains("CpuSplit.spinA"));
+    assert!(!html.contains("src=\"http") && !html.contains("href=\"http"));
+    // report names the hot method.
+    let report = run_ok(Command::new(jvmprof()).arg("report").arg(&native));
+    assert!(String::from_utf8_lossy(&report.stdout).contains("CpuSplit.spinA"));
+}
+
+/// JDK 25 is tested when one is installed beside JDK 17 (`/usr/lib/jvm/*25*`).
+#[test]
+fn works_on_jdk_25_when_installed() {
+    let Some(home) = std::fs::read_dir("/usr/lib/jvm").ok().and_then(|d| {
+        d.filter_map(|e| e.ok().map(|e| e.path())).find(|p| {
+            p.file_name().unwrap().to_string_lossy().contains("25") && p.join("bin/java").is_file()
+        })
+    }) else {
+        eprintln!("no JDK 25 under /usr/lib/jvm: skipped");
+        return;
+    };
+    let _g = serial();
+    let (p, out) = cpu_run(Some(&home), "jdk25", &[]);
+    assert!(
+        p.meta.jvm_version.starts_with("25"),
+        "{}",
+        p.meta.jvm_version
+    );
+    check_cpu_profile(&p, &out.stdout);
+    let wall = scratch("jdk25").join("wall.collapsed");
+    record(
+        Some(&home),
+        &["--mode", "wall", "-o", wall.to_str().unwrap()],
+        &["Service", "2"],
+    );
+    assert!(
+        std::fs::read_to_string(&wall)
+            .unwrap()
+            .contains("Service.work")
+    );
+}
