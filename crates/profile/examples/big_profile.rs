@@ -68,5 +68,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             std::fs::metadata(&path)?.len()
         );
     }
+    let path = dir.join("big.dot");
+    let file = std::io::BufWriter::new(std::fs::File::create(&path)?);
+    dot::write(&profile, &dot::DotOptions::default(), file)?;
+    println!(
+        "{}: {} bytes",
+        path.display(),
+        std::fs::metadata(&path)?.len()
+    );
+    let start = std::time::Instant::now();
+    let back = read_any(dir.join("big.jvmprof"))?;
+    println!("read back big.jvmprof in {:?}", start.elapsed());
+    assert_eq!(back, profile);
     Ok(())
 }

@@ -22,6 +22,8 @@ pub struct DotOptions {
     pub edge_fraction: f64,
     /// Keep at most this many methods, the largest by total.
     pub max_nodes: usize,
+    /// Keep at most this many calls, the largest (Graphviz slows down on dense graphs).
+    pub max_edges: usize,
 }
 
 impl Default for DotOptions {
@@ -31,6 +33,7 @@ impl Default for DotOptions {
             node_fraction: 0.005,
             edge_fraction: 0.001,
             max_nodes: 80,
+            max_edges: 250,
         }
     }
 }
@@ -134,6 +137,7 @@ pub fn write(profile: &Profile, options: &DotOptions, mut out: impl Write) -> Re
             .then_with(|| node_ids[&ea.0].cmp(&node_ids[&eb.0]))
             .then_with(|| node_ids[&ea.1].cmp(&node_ids[&eb.1]))
     });
+    kept_edges.truncate(options.max_edges);
 
     let m = metric.as_str();
     let mut text = String::new();
@@ -235,6 +239,23 @@ mod tests {
         assert!(text.contains(r#"n1 -> n1 [label="999""#), "{text}");
         assert!(text.contains(r#"n0 -> n1 [label="999""#), "{text}");
         assert_eq!(text.matches("->").count(), 2);
+    }
+
+    #[test]
+    fn keeps_the_largest_edges() {
+        let options = DotOptions {
+            max_edges: 2,
+            ..DotOptions::default()
+        };
+        let text = dot(&sample_profile(), &options);
+        let edges: Vec<&str> = text.lines().filter(|l| l.contains("->")).collect();
+        assert_eq!(
+            edges,
+            [
+                r#"  n0 -> n1 [label="7", penwidth=3.55];"#,
+                r#"  n1 -> n2 [label="5", penwidth=2.82];"#
+            ]
+        );
     }
 
     #[test]
