@@ -503,6 +503,53 @@ mod tests {
     }
 
     #[test]
+    fn reads_messages_without_our_comment_and_mappings() {
+        let mut m = to_proto(&sample_profile(), &ExportOptions::default());
+        m.comment.clear();
+        m.mapping.clear();
+        for l in &mut m.location {
+            l.mapping_id = 0;
+        }
+        let p = from_proto(&m).unwrap();
+        assert_eq!(p.meta.metrics, [Metric::Samples, Metric::Ns]);
+        assert_eq!(p.meta.interval_ns, 10_000_000);
+        assert_eq!(p.meta.start_unix_ms, 1_700_000_000_000);
+        assert_eq!(p.meta.duration_ms, 2_000);
+        assert!(p.meta.modes.is_empty());
+        // Kinds are guessed from the names: `write` has no dot, so it is native.
+        let kinds: Vec<(String, FrameKind, u32)> = p
+            .frames
+            .iter()
+            .map(|f| (f.name(), f.kind, f.line))
+            .collect();
+        assert_eq!(
+            kinds[0],
+            ("com.example.App.main".to_string(), FrameKind::Java, 5)
+        );
+        assert_eq!(kinds[6], ("write".to_string(), FrameKind::Native, 0));
+        let options = ExportOptions::default();
+        assert_eq!(
+            crate::collapsed::to_string(&p, &options).unwrap(),
+            crate::collapsed::to_string(&sample_profile(), &options).unwrap()
+        );
+        // `cpu`/nanoseconds, as Go and async-profiler name it, reads as `ns`.
+        let cpu = m.string_table.len() as i64;
+        m.string_table.push("cpu".to_string());
+        m.sample_type[1].r#type = cpu;
+        assert_eq!(
+            from_proto(&m).unwrap().meta.metrics,
+            [Metric::Samples, Metric::Ns]
+        );
+        let alloc = m.string_table.len() as i64;
+        m.string_table.push("alloc_space".to_string());
+        m.sample_type[1].r#type = alloc;
+        assert_eq!(
+            from_proto(&m).unwrap_err().to_string(),
+            "invalid pprof data: sample type alloc_space/nanoseconds is no jvmprof metric"
+        );
+    }
+
+    #[test]
     fn reads_uncompressed_messages() {
         let raw = to_proto(&sample_profile(), &ExportOptions::default()).encode_to_vec();
         assert_eq!(read(&raw[..]).unwrap(), sample_profile());
