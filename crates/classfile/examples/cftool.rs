@@ -22,6 +22,49 @@ fn classes(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Layout stress: 33,000 nops at the basic block nearest the middle of every method (that
+/// stays under 64 KiB), so jumps across it must be widened.
+fn stress(inp: &Path, outp: &Path) {
+    // Layout stress: 33,000 nops at the basic block nearest the middle of every method
+    // (that stays under 64 KiB), so jumps across it must be widened.
+    let mut files = Vec::new();
+    classes(inp, &mut files);
+    let (mut padded, mut skipped) = (0, 0);
+    for f in &files {
+        let data = std::fs::read(f).unwrap();
+        let dest = outp.join(f.strip_prefix(inp).unwrap());
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        let Ok(mut cf) = ClassFile::read(&data) else {
+            std::fs::write(&dest, &data).unwrap();
+            continue;
+        };
+        for i in 0..cf.methods.len() {
+            let Ok(Some(mut code)) = Code::read(&cf, i) else {
+                continue;
+            };
+            let blocks =
+                jvmprof_classfile::bba::basic_blocks(&code, jvmprof_classfile::bba::Mode::Default);
+            if blocks.len() < 3 || code.insns.len() > 8000 {
+                continue;
+            }
+            let mid = blocks[blocks.len() / 2].start;
+            code.insert_before(mid, vec![jvmprof_classfile::Insn::Simple(0); 33_000]);
+            match cf.set_code(i, &code) {
+                Ok(()) => padded += 1,
+                Err(e) => {
+                    skipped += 1;
+                    eprintln!("SKIP {}", e);
+                }
+            }
+        }
+        std::fs::write(&dest, cf.write()).unwrap();
+    }
+    println!(
+        "classes {} methods_rewritten {padded} methods_skipped {skipped} class_errors 0",
+        files.len()
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let cmd = args.get(1).map(String::as_str).unwrap_or("");
@@ -52,6 +95,7 @@ fn main() {
                 files.len()
             );
         }
+        "rewrite" if args[2] == "stress" => stress(Path::new(&args[3]), Path::new(&args[4])),
         "rewrite" => {
             let probes: Probes = args[2].parse().unwrap();
             let (inp, outp) = (Path::new(&args[3]), Path::new(&args[4]));

@@ -974,36 +974,100 @@ impl Code {
             .filter_map(|h| Some((pos_of(h.start)?, pos_of(h.end)?)))
             .collect();
         let here = i64::from(insn_off[jump]);
-        let mut best: Option<(i64, usize)> = None;
+        let unconditional = |insn: &Insn| match insn {
+            Insn::Jump { op, .. } => *op == GOTO,
+            Insn::Simple(op) => is_return(*op) || *op == ATHROW,
+            Insn::Local { op, .. } => *op == RET,
+            Insn::TableSwitch { .. } | Insn::LookupSwitch { .. } => true,
+            _ => false,
+        };
+        let frame_labels: Vec<Label> = self
+            .frames()
+            .map(|fs| fs.iter().map(|f| f.label).collect())
+            .unwrap_or_default();
+        // Candidates: (distance, insertion index, Some(label) = first jump over the trampoline
+        // to this framed label). After an unconditional transfer nothing falls into the
+        // trampoline; before a framed label a `goto label` keeps fall-through off it.
+        let mut best: Option<(i64, usize, Option<Label>)> = None;
+        let mut prev_unconditional = false;
         for (j, insn) in self.insns.iter().enumerate() {
-            let unconditional = match insn {
-                Insn::Jump { op, .. } => *op == GOTO,
-                Insn::Simple(op) => is_return(*op) || *op == ATHROW,
-                Insn::Local { op, .. } => *op == RET,
-                Insn::TableSwitch { .. } | Insn::LookupSwitch { .. } => true,
-                _ => false,
+            let (q, over) = match insn {
+                Insn::Label(_) => {
+                    let starts_run = j == 0 || !matches!(self.insns[j - 1], Insn::Label(_));
+                    if !starts_run || prev_unconditional {
+                        continue;
+                    }
+                    // The frame label of this run, if any.
+                    let mut k = j;
+                    let mut framed = None;
+                    while let Some(Insn::Label(l2)) = self.insns.get(k) {
+                        if frame_labels.contains(l2) {
+                            framed = Some(*l2);
+                        }
+                        k += 1;
+                    }
+                    match framed {
+                        Some(fl) => (j, Some(fl)),
+                        None => continue,
+                    }
+                }
+                _ => {
+                    prev_unconditional = unconditional(insn);
+                    if !prev_unconditional {
+                        continue;
+                    }
+                    (j + 1, None)
+                }
             };
-            let q = j + 1;
-            if !unconditional || ranges.iter().any(|&(s, e)| s < q && q <= e) {
+            if ranges.iter().any(|&(s, e)| s < q && q <= e) {
                 continue;
             }
             let at = i64::from(insn_off.get(q).copied().unwrap_or_else(|| insn_off[j] + 5));
             let dist = (at - here).abs();
             // Margin for the trampolines and widenings still to come.
-            if dist < 30_000 && best.is_none_or(|(d, _)| dist < d) {
-                best = Some((dist, q));
+            if dist < 30_000 && best.is_none_or(|(d, _, _)| dist < d) {
+                best = Some((dist, q, over));
             }
         }
-        let (_, q) = best.ok_or_else(|| {
+        // Last resort, the method's start: `goto L0; trampoline; L0:` with L0's frame being the
+        // implicit initial frame.
+        let start_dist = here;
+        let mut at_start = false;
+        if start_dist < 30_000 && best.is_none_or(|(d, _, _)| start_dist < d) {
+            let l0 = self.new_label();
+            best = Some((start_dist, 0, Some(l0)));
+            at_start = true;
+        }
+        let (_, q, over) = best.ok_or_else(|| {
             RawError::new(
                 insn_off[jump] as usize,
                 "conditional jump beyond 32 KiB with no place for a trampoline within reach",
             )
         })?;
         let tl = self.new_label();
-        self.insns
-            .splice(q..q, [Insn::Label(tl), Insn::Jump { op: GOTO, target }]);
-        let j = if q <= jump { jump + 2 } else { jump };
+        let mut tramp = Vec::with_capacity(3);
+        if let Some(fl) = over {
+            tramp.push(Insn::Jump {
+                op: GOTO,
+                target: fl,
+            });
+        }
+        tramp.push(Insn::Label(tl));
+        tramp.push(Insn::Jump { op: GOTO, target });
+        if let (true, Some(l0)) = (at_start, over) {
+            tramp.push(Insn::Label(l0));
+            let initial = Frame {
+                label: l0,
+                locals: self.initial_locals.clone(),
+                stack: vec![],
+            };
+            if let Some(fs) = self.frames_mut() {
+                fs.push(initial);
+            }
+        }
+        let added = tramp.len();
+        self.insns.splice(q..q, tramp);
+        let j = if q <= jump { jump + added } else { jump };
         if let Some(Insn::Jump { target, .. }) = self.insns.get_mut(j) {
             *target = tl;
         }

@@ -341,18 +341,72 @@ fn backward_goto_widens_to_goto_w_and_verifies() {
 }
 
 #[test]
-fn long_conditional_with_frames_and_no_trampoline_spot_is_refused_and_method_unchanged() {
-    let dir = compile_fixtures("widen-cond-frames");
-    let mut cf = ClassFile::read(&std::fs::read(dir.join("Foo.class")).unwrap()).unwrap();
-    let before = cf.clone();
+fn long_conditional_with_frames_uses_a_trampoline_before_a_framed_label() {
+    // In Foo.f the only unconditional transfers (the loop's goto, the return) end up 40 KB
+    // away; the trampoline goes before the loop head (which has a frame), behind a goto.
+    let dir = compile_fixtures("widen-cond-start");
+    let path = dir.join("Foo.class");
+    let mut cf = ClassFile::read(&std::fs::read(&path).unwrap()).unwrap();
     let mi = method_index(&cf, "f");
     let mut code = Code::read(&cf, mi).unwrap().unwrap();
     let iinc = find_insn(&code, |i| matches!(i, Insn::Iinc { .. }));
     pad_nops(&mut code, iinc, 40_000);
+    cf.set_code(mi, &code).unwrap();
+    std::fs::write(&path, cf.write()).unwrap();
+    let m = &cf.methods[mi];
+    let attr = &m.attributes[cf.find_attribute(&m.attributes, "Code").unwrap()];
+    let c = &attr.data[8..];
+    // 2: goto 10 (over the trampoline), 5: goto_w to the return, 10: the loop head,
+    // 13: if_icmpgt back to the trampoline.
+    assert_eq!(&c[0..5], &[0x04, 0x3b, 0xa7, 0x00, 0x08]);
+    assert_eq!(c[5], 0xc8);
+    assert_eq!(c[10], 0x1a); // iload_0
+    assert_eq!(c[13], 0xa3);
+    assert_eq!(i16::from_be_bytes([c[14], c[15]]), 5 - 13);
+    assert_eq!(run_java(&dir, "Foo", &["-Xverify:all"]), "h calls 55\n");
+}
+
+#[test]
+fn long_first_conditional_uses_a_trampoline_at_the_method_start() {
+    let dir = compile_fixtures("widen-cond-at-start");
+    let path = dir.join("Shapes.class");
+    let mut cf = ClassFile::read(&std::fs::read(&path).unwrap()).unwrap();
+    let mi = method_index(&cf, "far");
+    let mut code = Code::read(&cf, mi).unwrap().unwrap();
+    let then = find_insn(&code, |i| *i == Insn::Bipush(70));
+    pad_nops(&mut code, then, 33_000);
+    cf.set_code(mi, &code).unwrap();
+    std::fs::write(&path, cf.write()).unwrap();
+    let m = &cf.methods[mi];
+    let attr = &m.attributes[cf.find_attribute(&m.attributes, "Code").unwrap()];
+    let c = &attr.data[8..];
+    // 0: goto 8, 3: goto_w to the else branch, 8: the original code (a new frame at 8 is the
+    // method's initial frame), 11: if_icmpne back to 3.
+    assert_eq!(&c[0..3], &[0xa7, 0x00, 0x08]);
+    assert_eq!(c[3], 0xc8);
+    assert_eq!(&c[8..12], &[0x1a, 0x10, 0x07, 0xa0]);
+    assert_eq!(i16::from_be_bytes([c[12], c[13]]), 3 - 11);
+    assert_eq!(
+        run_java(&dir, "Shapes", &["-Xverify:all"]),
+        "spin 5\nfar 1 2 71\n"
+    );
+}
+
+#[test]
+fn long_conditional_with_no_trampoline_spot_in_reach_is_refused_and_method_unchanged() {
+    let dir = compile_fixtures("widen-cond-refused");
+    let mut cf = ClassFile::read(&std::fs::read(dir.join("Shapes.class")).unwrap()).unwrap();
+    let before = cf.clone();
+    let mi = method_index(&cf, "far");
+    let mut code = Code::read(&cf, mi).unwrap().unwrap();
+    // 33,000 nops in the first then-branch, 31,000 before the first conditional: nothing
+    // the conditional could jump to is within reach.
+    let then = find_insn(&code, |i| *i == Insn::Bipush(70));
+    pad_nops(&mut code, then, 33_000);
+    pad_nops(&mut code, 0, 31_000);
     let e = cf.set_code(mi, &code).unwrap_err();
-    // The only unconditional transfers (the loop's goto, the return) are 40 KB away.
     assert!(e.what.contains("no place for a trampoline"), "{e}");
-    assert_eq!(e.class, "Foo");
+    assert_eq!(e.class, "Shapes");
     assert_eq!(cf.methods, before.methods);
 }
 
@@ -372,12 +426,12 @@ fn long_conditional_with_frames_jumps_to_a_trampoline_after_an_earlier_goto() {
         .find_attribute(&cf.methods[mi].attributes, "Code")
         .unwrap()];
     let c = &attr.data[8..];
-    // 9: goto 14 (now 19: it skips the 5-byte trampoline), 12: trampoline goto_w to the else branch.
-    assert_eq!(&c[9..12], &[0xa7, 0x00, 0x0a]);
-    assert_eq!(c[12], 0xc8);
-    // 20: ifle jumps back to the trampoline at 12.
-    assert_eq!(c[20], 0x9e);
-    assert_eq!(i16::from_be_bytes([c[21], c[22]]), 12 - 20);
+    // Nearest spot: before the join label at 14, behind `goto 14'`:
+    // 14: goto 22, 17: goto_w to the else branch, 22: iload_0, 23: ifle back to 17.
+    assert_eq!(&c[14..17], &[0xa7, 0x00, 0x08]);
+    assert_eq!(c[17], 0xc8);
+    assert_eq!(&c[22..24], &[0x1a, 0x9e]);
+    assert_eq!(i16::from_be_bytes([c[24], c[25]]), 17 - 23);
     let re = Code::read(&cf, mi).unwrap().unwrap();
     assert_eq!(re.frames().unwrap().len(), frames + 1);
     assert_eq!(
