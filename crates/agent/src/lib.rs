@@ -12,6 +12,7 @@
 pub mod options;
 pub mod sampler;
 mod session;
+pub mod stream;
 pub mod symbols;
 
 use jvmprof_jvmti::bindings::agent::AgentLoadContext;

@@ -31,8 +31,9 @@ pub enum Engine {
 pub struct Options {
     pub mode: Mode,
     pub interval: Duration,
-    /// Output file; the format comes from `format` or the extension.
-    pub file: PathBuf,
+    /// Output file; the format comes from `format` or the extension. `None` only when streaming
+    /// to a collector without a file.
+    pub file: Option<PathBuf>,
     pub format: Option<String>,
     /// Metric for single-metric formats (`samples`, `ns`, ...).
     pub value: Option<String>,
@@ -44,6 +45,12 @@ pub struct Options {
     pub duration: Option<Duration>,
     /// A file the agent rewrites about once a second with `elapsed_ms samples`, for progress.
     pub status: Option<PathBuf>,
+    /// Collector to stream to (`HOST:PORT`).
+    pub server: Option<String>,
+    /// Token the collector expects.
+    pub token: Option<String>,
+    /// How often thread snapshots are streamed.
+    pub refresh: Duration,
 }
 
 /// What an option string asks the agent to do.
@@ -61,7 +68,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
     let mut o = Options {
         mode: Mode::Cpu,
         interval: Duration::from_millis(10),
-        file: PathBuf::from(format!("jvmprof-{}.jvmprof", std::process::id())),
+        file: None,
         format: None,
         value: None,
         threads: false,
@@ -69,6 +76,9 @@ pub fn parse(text: &str) -> Result<Command, String> {
         engine: Engine::Auto,
         duration: None,
         status: None,
+        server: None,
+        token: None,
+        refresh: Duration::from_secs(1),
     };
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (key, value) = match item.split_once('=') {
@@ -97,7 +107,15 @@ pub fn parse(text: &str) -> Result<Command, String> {
                     ));
                 }
             }
-            "file" => o.file = PathBuf::from(need()?),
+            "file" => o.file = Some(PathBuf::from(need()?)),
+            "server" => o.server = Some(need()?.to_string()),
+            "token" => o.token = Some(need()?.to_string()),
+            "refresh" => {
+                o.refresh = parse_duration(need()?)?;
+                if o.refresh < Duration::from_millis(10) {
+                    return Err("refresh must be at least 10ms".into());
+                }
+            }
             "format" => o.format = Some(need()?.to_string()),
             "value" => o.value = Some(need()?.to_string()),
             "threads" => o.threads = parse_bool(key, value)?,
@@ -120,6 +138,12 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "status" => o.status = Some(PathBuf::from(need()?)),
             _ => return Err(format!("unknown option '{key}' (known: {KNOWN_KEYS})")),
         }
+    }
+    if o.file.is_none() && o.server.is_none() {
+        o.file = Some(PathBuf::from(format!(
+            "jvmprof-{}.jvmprof",
+            std::process::id()
+        )));
     }
     Ok(Command::Start(o))
 }
@@ -169,7 +193,7 @@ mod tests {
         );
         assert_eq!(o.mode, Mode::Wall);
         assert_eq!(o.interval, Duration::from_millis(1));
-        assert_eq!(o.file, PathBuf::from("/tmp/x.collapsed"));
+        assert_eq!(o.file, Some(PathBuf::from("/tmp/x.collapsed")));
         assert!(o.threads);
         assert_eq!(o.depth, 64);
         assert_eq!(o.engine, Engine::Safepoint);
@@ -177,6 +201,14 @@ mod tests {
         assert_eq!(o.value.as_deref(), Some("ns"));
         assert_eq!(start("").interval, Duration::from_millis(10));
         assert_eq!(parse("stop").unwrap(), Command::Stop);
+        let s = start("server=127.0.0.1:7878,refresh=500ms,token=abc");
+        assert_eq!(s.server.as_deref(), Some("127.0.0.1:7878"));
+        assert_eq!(s.refresh, Duration::from_millis(500));
+        assert_eq!(s.file, None, "streaming alone writes no file");
+        assert!(
+            start("").file.is_some(),
+            "without a server the agent writes a file"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ use crate::options::{Engine, Mode, Options};
 use crate::sampler::ring::{NO_JNI_ENV, Ring};
 use crate::sampler::signal::{self, SignalSampler};
 use crate::sampler::threads::ThreadTable;
+use crate::stream::{Handshake, Stream, StreamOptions, ThreadSnapshot};
 use crate::symbols::Symbols;
 use jvmprof_jvmti::asgct::{self, CallFrame};
 use jvmprof_jvmti::os::{self, ThreadCpuTimer};
@@ -209,6 +210,7 @@ fn writer_main(
     let mut w = Writer::new(ctx, shared.clone());
     let started = Instant::now();
     let mut last_housekeeping = Instant::now();
+    let mut last_snapshot = Instant::now();
     let tick = match shared.walker {
         Walker::Asgct(_) => DRAIN_EVERY,
         Walker::Safepoint => shared.options.interval,
@@ -234,6 +236,13 @@ fn writer_main(
             last_housekeeping = Instant::now();
             shared.reconcile_timers();
             w.write_status(started.elapsed());
+            if let Some(stream) = &mut w.stream {
+                stream.samples(w.builder.profile());
+            }
+        }
+        if w.stream.is_some() && last_snapshot.elapsed() >= shared.options.refresh {
+            last_snapshot = Instant::now();
+            jni.with_local_frame(64, || w.stream_snapshot(&jni));
         }
         if shared
             .options
@@ -269,6 +278,10 @@ struct Writer {
     interval_ns: u64,
     walk_failures: HashMap<&'static str, u64>,
     non_java_samples: u64,
+    /// The collector connection, with `server=`.
+    stream: Option<Stream>,
+    /// Java thread id → the order in which snapshots first saw the thread.
+    thread_order: HashMap<i64, u64>,
 }
 
 impl Writer {
@@ -311,6 +324,31 @@ impl Writer {
             .insert("attached".into(), ctx.attached.to_string());
         meta.extra.insert("max_depth".into(), o.depth.to_string());
         let interval_ns = meta.interval_ns;
+        let stream = o.server.as_ref().map(|server| {
+            let handshake = Handshake {
+                pid: meta.pid,
+                command: meta.command.clone(),
+                jvm: format!("{} {}", meta.jvm_name, meta.jvm_version),
+                os: format!(
+                    "{} {}",
+                    ctx.env.system_property("os.name").unwrap_or_default(),
+                    ctx.env.system_property("os.version").unwrap_or_default()
+                ),
+                host: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_string())
+                    .unwrap_or_default(),
+                agent_version: env!("CARGO_PKG_VERSION").to_string(),
+                start_unix_ms: meta.start_unix_ms,
+            };
+            Stream::start(
+                StreamOptions {
+                    server: server.clone(),
+                    token: o.token.clone(),
+                    refresh: o.refresh,
+                },
+                handshake,
+            )
+        });
         Writer {
             ctx,
             shared,
@@ -321,6 +359,57 @@ impl Writer {
             interval_ns,
             walk_failures: HashMap::new(),
             non_java_samples: 0,
+            stream,
+            thread_order: HashMap::new(),
+        }
+    }
+
+    /// Sends every thread's name, group, state, start order and stack to the collector.
+    fn stream_snapshot(&mut self, jni: &Jni) {
+        let Ok(stacks) = self
+            .ctx
+            .env
+            .all_stack_traces(self.shared.options.depth as i32)
+        else {
+            return;
+        };
+        let mut snapshot = Vec::with_capacity(stacks.len());
+        for ts in &stacks {
+            let Some(details) = self.ctx.env.thread_details(jni, ts.thread) else {
+                continue;
+            };
+            if details.name == "jvmprof writer" {
+                continue;
+            }
+            let id = jni.java_thread_id(ts.thread).unwrap_or(-1);
+            let next = self.thread_order.len() as u64;
+            let order = *self.thread_order.entry(id).or_insert(next);
+            let frames = ts
+                .frames
+                .iter()
+                .map(|&(method, bci)| {
+                    let fid =
+                        self.symbols
+                            .java_frame(&self.ctx.env, jni, &mut self.builder, method, bci);
+                    self.builder.profile().frames[fid as usize].clone()
+                })
+                .collect();
+            snapshot.push(ThreadSnapshot {
+                id,
+                name: details.name,
+                group: details.group,
+                daemon: details.daemon,
+                state: map_state(ts.state),
+                order,
+                frames,
+            });
+        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        if let Some(stream) = &mut self.stream {
+            stream.threads(now, snapshot);
         }
     }
 
@@ -517,13 +606,22 @@ impl Writer {
         meta.extra
             .insert("non_java_samples".into(), non_java.to_string());
         self.write_status(elapsed);
+        let stream = self.stream.take();
         let profile = self.builder.finish();
-        write_profile(&profile, &self.shared.options)?;
-        Ok(format!(
-            "{} samples written to {}",
-            profile.total(0),
-            self.shared.options.file.display()
-        ))
+        if let Some(stream) = stream {
+            stream.finish(&profile);
+        }
+        match &self.shared.options.file {
+            Some(file) => {
+                write_profile(&profile, file, &self.shared.options)?;
+                Ok(format!(
+                    "{} samples written to {}",
+                    profile.total(0),
+                    file.display()
+                ))
+            }
+            None => Ok(format!("{} samples streamed", profile.total(0))),
+        }
     }
 }
 
@@ -569,12 +667,12 @@ fn map_state(state: i32) -> ThreadState {
     }
 }
 
-fn write_profile(profile: &Profile, o: &Options) -> Result<(), String> {
+fn write_profile(profile: &Profile, file: &Path, o: &Options) -> Result<(), String> {
     let format = match &o.format {
         Some(f) => Format::parse(f),
-        None => Format::from_path(&o.file),
+        None => Format::from_path(file),
     }
-    .map_err(|e| format!("cannot write {}: {e}", o.file.display()))?;
+    .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
     let metric = match &o.value {
         Some(v) => Some(
             Metric::parse(v).ok_or_else(|| format!("unknown value '{v}' for the output format"))?,
@@ -587,8 +685,8 @@ fn write_profile(profile: &Profile, o: &Options) -> Result<(), String> {
     };
     let mut bytes = Vec::new();
     jvmprof_profile::write(profile, format, &options, &mut bytes)
-        .map_err(|e| format!("cannot write {}: {e}", o.file.display()))?;
-    write_atomically(&o.file, &bytes).map_err(|e| format!("cannot write {}: {e}", o.file.display()))
+        .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    write_atomically(file, &bytes).map_err(|e| format!("cannot write {}: {e}", file.display()))
 }
 
 /// Writes to `path.tmp` and renames, so a reader never sees half a file.

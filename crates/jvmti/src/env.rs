@@ -117,6 +117,15 @@ impl MethodInfo {
     }
 }
 
+/// What `GetThreadInfo` says of a thread.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadDetails {
+    pub name: String,
+    pub daemon: bool,
+    /// Name of the thread's group (`main`, `system`, ...); empty once the thread has terminated.
+    pub group: String,
+}
+
 /// One thread's stack from `GetAllStackTraces`, top frame first.
 #[derive(Debug)]
 pub struct ThreadStack {
@@ -361,6 +370,35 @@ impl Env {
         jni.delete_local_ref(info.thread_group);
         jni.delete_local_ref(info.context_class_loader);
         info.name
+    }
+
+    /// A thread's name, daemon flag and thread-group name.
+    pub fn thread_details(&self, jni: &Jni, thread: JThread) -> Option<ThreadDetails> {
+        let jvmti = self.jvmti();
+        // SAFETY: `thread` is a live local reference (JThread contract).
+        let info = unsafe { jvmti.get_thread_info(thread.0) }.ok()?;
+        let group = if info.thread_group.is_null() {
+            String::new()
+        } else {
+            // SAFETY: the group is the live local reference just returned.
+            let g = unsafe { jvmti.get_thread_group_info(info.thread_group) };
+            let name = g
+                .as_ref()
+                .ok()
+                .and_then(|g| g.name.clone())
+                .unwrap_or_default();
+            if let Ok(g) = g {
+                jni.delete_local_ref(g.parent);
+            }
+            name
+        };
+        jni.delete_local_ref(info.thread_group);
+        jni.delete_local_ref(info.context_class_loader);
+        Some(ThreadDetails {
+            name: info.name.unwrap_or_default(),
+            daemon: info.is_daemon,
+            group,
+        })
     }
 
     /// CPU time consumed by a thread, in ns (needs the thread_cpu_time capability).

@@ -289,6 +289,13 @@ impl ProfileBuilder {
         &mut self.profile.meta
     }
 
+    /// The profile built so far. Frames, stacks, threads and samples only ever grow (indices are
+    /// stable) and sample values only increase, so a reader can send what changed since its last
+    /// look (streaming does).
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
     pub fn frame(&mut self, frame: Frame) -> u32 {
         if let Some(id) = self.frame_ids.get(&frame) {
             return *id;
