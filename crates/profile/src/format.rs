@@ -183,6 +183,11 @@ pub fn write(
 /// Reads a profile from bytes, recognized by content: the native magic header, gzip (pprof), UTF-8
 /// text (collapsed), else an uncompressed pprof message.
 pub fn read_bytes(bytes: &[u8]) -> Result<Profile> {
+    if bytes.is_empty() {
+        // An empty collapsed file would be an empty profile, but an empty file is far more
+        // likely a recording that failed.
+        return Err(Error::invalid("profile", "the file is empty"));
+    }
     if native::sniff(bytes) {
         native::read(bytes)
     } else if pprof::sniff_gzip(bytes) {
@@ -334,6 +339,15 @@ mod tests {
                 "{}: unknown format: not a jvmprof, pprof or collapsed file (no jvmprof header, \
                  not gzip, not text, not a pprof message)",
                 binary.display()
+            )
+        );
+        let empty = dir.join("empty.collapsed");
+        std::fs::write(&empty, b"").unwrap();
+        assert_eq!(
+            read_any(&empty).unwrap_err().to_string(),
+            format!(
+                "{}: invalid profile data: the file is empty",
+                empty.display()
             )
         );
         let truncated = dir.join("cut.jvmprof");
