@@ -449,6 +449,51 @@ impl Code {
         Ok(())
     }
 
+    /// Allocates a new local variable of type `t` and declares it in every existing frame, so
+    /// that it stays usable across branch targets without any type inference. The caller must
+    /// store it before the first frame position (e.g. in code inserted at index 0).
+    /// Returns the slot.
+    pub fn add_local(&mut self, t: VType) -> Result<u16> {
+        let err = |what: &str| Error {
+            class: String::new(),
+            offset: 0,
+            what: what.to_string(),
+        };
+        let slot = self.max_locals;
+        let size: u16 = if matches!(t, VType::Long | VType::Double) {
+            2
+        } else {
+            1
+        };
+        self.max_locals = slot
+            .checked_add(size)
+            .ok_or_else(|| err("too many locals"))?;
+        if let Some(frames) = self.frames_mut() {
+            for f in frames {
+                let mut slots: u32 = f
+                    .locals
+                    .iter()
+                    .map(|v| {
+                        if matches!(v, VType::Long | VType::Double) {
+                            2
+                        } else {
+                            1
+                        }
+                    })
+                    .sum();
+                if slots > u32::from(slot) {
+                    return Err(err("a frame has more locals than max_locals"));
+                }
+                while slots < u32::from(slot) {
+                    f.locals.push(VType::Top);
+                    slots += 1;
+                }
+                f.locals.push(t);
+            }
+        }
+        Ok(slot)
+    }
+
     /// Inserts `code` just before the real instruction at `pos` (after the labels that precede
     /// it, so jumps to that instruction now run `code` first). References that must point at the
     /// instruction itself (`Uninitialized(new)` and type-annotation offsets) are moved to a

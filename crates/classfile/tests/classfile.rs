@@ -581,3 +581,58 @@ fn offline_jar_dir_and_class_outputs_run_with_the_runtime_inside() {
     assert_eq!(s.methods_rewritten, 0);
     assert_eq!(run_java(&none, "Foo", &[]), expected);
 }
+
+#[test]
+fn a_new_local_is_declared_in_every_frame() {
+    let dir = compile_fixtures("new-local");
+    let path = dir.join("Foo.class");
+    let data = std::fs::read(&path).unwrap();
+    let edit = |declare: bool| {
+        let mut cf = ClassFile::read(&data).unwrap();
+        let mi = method_index(&cf, "f");
+        let mut code = Code::read(&cf, mi).unwrap().unwrap();
+        let slot = if declare {
+            code.add_local(jvmprof_classfile::VType::Integer).unwrap()
+        } else {
+            code.max_locals += 1;
+            code.max_locals - 1
+        };
+        assert_eq!(slot, 1);
+        // Store at entry; load it at the return, after the loop's merge points.
+        code.insns.splice(
+            0..0,
+            [
+                Insn::Bipush(42),
+                Insn::Local {
+                    op: 0x36,
+                    index: slot,
+                },
+            ],
+        );
+        let ret = find_insn(&code, |i| *i == Insn::Simple(0xb1));
+        code.insert_before(
+            ret,
+            vec![
+                Insn::Local {
+                    op: 0x15,
+                    index: slot,
+                },
+                Insn::Simple(0x57),
+            ],
+        );
+        cf.set_code(mi, &code).unwrap();
+        std::fs::write(&path, cf.write()).unwrap();
+    };
+    edit(true);
+    assert_eq!(run_java(&dir, "Foo", &["-Xverify:all"]), "h calls 55\n");
+    // Control: the same code without declaring the local in the frames fails verification.
+    edit(false);
+    let out = Command::new(jdk_tool("java"))
+        .args(["-Xverify:all", "-cp"])
+        .arg(&dir)
+        .arg("Foo")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("VerifyError"));
+}
