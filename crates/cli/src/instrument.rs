@@ -28,7 +28,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         anyhow::bail!("{} does not exist", args.input.display());
     }
     let s = jvmprof_classfile::offline::instrument_path(&args.input, &args.output, probes)
-        .with_context(|| format!("instrumenting {} into {}", args.input.display(), args.output.display()))?;
+        .with_context(|| {
+            format!(
+                "instrumenting {} into {}",
+                args.input.display(),
+                args.output.display()
+            )
+        })?;
     for m in &s.methods_skipped {
         eprintln!("jvmprof: left unchanged: {m}");
     }
@@ -36,7 +42,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         eprintln!("jvmprof: copied unchanged (cannot read): {c}");
     }
     if s.signatures_dropped > 0 {
-        eprintln!("jvmprof: dropped {} jar signature files (they no longer match)", s.signatures_dropped);
+        eprintln!(
+            "jvmprof: dropped {} jar signature files (they no longer match)",
+            s.signatures_dropped
+        );
     }
     eprintln!(
         "jvmprof: {} classes, {} methods rewritten, {} left unchanged, {} unreadable classes copied, {} other files",

@@ -87,7 +87,13 @@ public final class Probes {
         String[] names = names();
         Map<String, Long> lines = new TreeMap<>();
         synchronized (ROOTS) {
-            for (Node root : ROOTS) collect(root, "", names, bytecodes, lines);
+            for (Node root : ROOTS) {
+                try {
+                    collect(root, "", names, bytecodes, lines);
+                } catch (RuntimeException e) {
+                    // A thread still running changed its tree while we read it: skip its rest.
+                }
+            }
         }
         StringBuilder sb = new StringBuilder();
         for (Map.Entry<String, Long> e : lines.entrySet()) sb.append(e.getKey()).append(' ').append(e.getValue()).append('\n');
