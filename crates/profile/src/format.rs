@@ -135,8 +135,8 @@ pub fn default_metric(profile: &Profile) -> Option<Metric> {
         let preferred: &[Metric] = match mode.as_str() {
             "cpu" | "wall" => &[Metric::Samples, Metric::Ns],
             "exact" => &[Metric::Calls, Metric::Bytecodes, Metric::Ns],
-            "alloc" => &[Metric::Bytes, Metric::Objects],
-            "lock" => &[Metric::Ns, Metric::Samples],
+            "alloc" => &[Metric::LiveBytes, Metric::Bytes, Metric::Objects],
+            "lock" => &[Metric::LockNs, Metric::LockCount, Metric::Ns],
             _ => &[],
         };
         if let Some(m) = preferred.iter().find(|m| metrics.contains(m)) {

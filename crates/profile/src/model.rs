@@ -109,6 +109,18 @@ pub enum Metric {
     Bytes,
     /// Objects allocated (estimated).
     Objects,
+    /// Bytes of sampled objects still alive at the end of the run (estimated; `alloc` with `live`).
+    LiveBytes,
+    /// Objects still alive at the end of the run (estimated).
+    LiveObjects,
+    /// Nanoseconds spent blocked entering a contended monitor (`lock` mode).
+    LockNs,
+    /// Contended monitor entries (`lock` mode).
+    LockCount,
+    /// Nanoseconds spent in `Object.wait` (`lock` mode).
+    WaitNs,
+    /// `Object.wait` calls (`lock` mode).
+    WaitCount,
 }
 
 impl Metric {
@@ -120,6 +132,12 @@ impl Metric {
             Metric::Bytecodes => "bytecodes",
             Metric::Bytes => "bytes",
             Metric::Objects => "objects",
+            Metric::LiveBytes => "live_bytes",
+            Metric::LiveObjects => "live_objects",
+            Metric::LockNs => "lock_ns",
+            Metric::LockCount => "lock_count",
+            Metric::WaitNs => "wait_ns",
+            Metric::WaitCount => "wait_count",
         }
     }
 
@@ -131,6 +149,14 @@ impl Metric {
             "bytecodes" => Metric::Bytecodes,
             "bytes" => Metric::Bytes,
             "objects" => Metric::Objects,
+            "live_bytes" => Metric::LiveBytes,
+            "live_objects" => Metric::LiveObjects,
+            "lock_ns" => Metric::LockNs,
+            "lock_count" => Metric::LockCount,
+            "wait_ns" => Metric::WaitNs,
+            "wait_count" => Metric::WaitCount,
+            // `--value count` (lock mode's word for samples); resolved per profile.
+            "count" => Metric::Samples,
             _ => return None,
         })
     }
@@ -138,9 +164,15 @@ impl Metric {
     /// The unit string used by pprof and speedscope.
     pub fn unit(self) -> &'static str {
         match self {
-            Metric::Samples | Metric::Calls | Metric::Bytecodes | Metric::Objects => "count",
-            Metric::Ns => "nanoseconds",
-            Metric::Bytes => "bytes",
+            Metric::Samples
+            | Metric::Calls
+            | Metric::Bytecodes
+            | Metric::Objects
+            | Metric::LiveObjects
+            | Metric::LockCount
+            | Metric::WaitCount => "count",
+            Metric::Ns | Metric::LockNs | Metric::WaitNs => "nanoseconds",
+            Metric::Bytes | Metric::LiveBytes => "bytes",
         }
     }
 }
@@ -203,9 +235,15 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Index of `metric` in the sample values, if the profile carries it.
+    /// Index of `metric` in the sample values, if the profile carries it. A lock-only profile
+    /// answers `ns` and `samples` (`--value ns|count`) with its contention metrics.
     pub fn metric_index(&self, metric: Metric) -> Option<usize> {
-        self.meta.metrics.iter().position(|m| *m == metric)
+        let find = |m: Metric| self.meta.metrics.iter().position(|x| *x == m);
+        find(metric).or_else(|| match metric {
+            Metric::Ns => find(Metric::LockNs),
+            Metric::Samples => find(Metric::LockCount),
+            _ => None,
+        })
     }
 
     /// The frames of a stack, root first.

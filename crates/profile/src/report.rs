@@ -33,7 +33,7 @@ impl Default for ReportOptions {
 /// Formats a value of `metric`: nanoseconds as milliseconds, everything else as an integer.
 pub fn format_value(metric: Metric, v: u64) -> String {
     match metric {
-        Metric::Ns => format!("{:.3} ms", v as f64 / 1e6),
+        Metric::Ns | Metric::LockNs | Metric::WaitNs => format!("{:.3} ms", v as f64 / 1e6),
         _ => v.to_string(),
     }
 }

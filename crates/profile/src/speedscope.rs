@@ -52,10 +52,9 @@ struct SampledProfile<'a> {
 
 /// The speedscope unit of a metric (`none` for counts).
 fn unit(metric: Metric) -> &'static str {
-    match metric {
-        Metric::Ns => "nanoseconds",
-        Metric::Bytes => "bytes",
-        Metric::Samples | Metric::Calls | Metric::Bytecodes | Metric::Objects => "none",
+    match metric.unit() {
+        "count" => "none",
+        unit => unit,
     }
 }
 
