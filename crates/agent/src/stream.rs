@@ -11,10 +11,32 @@
 //! - `finish` sends what is left, waiting a bounded time, and closes.
 //! - Memory is bounded: when the collector is away, the oldest queued data is dropped and counted.
 //!
-//! NOT IMPLEMENTED YET: this is the interface only; `start` reports that streaming is unavailable.
+//! How: the caller (the session's writer thread) turns each call into an item on a bounded queue
+//! and appends new frames, stacks and threads to append-only [`Tables`], all under one short lock
+//! that is never held across I/O. One plain thread ("jvmprof stream") connects, encodes (the
+//! tables are per connection, so a reconnect re-sends them first) and writes. The tables grow
+//! like the session's own profile; the queue holds at most [`MAX_QUEUED_BYTES`] (estimated),
+//! dropping the oldest items and counting them; the counts go to the collector on reconnect.
 
 use jvmprof_profile::{Frame, Profile, ThreadState};
-use std::time::Duration;
+use jvmprof_proto::{
+    Encoder, Hello, Message, Reply, SampleBatch, SampleDelta, Snapshot, Tables, ThreadDump, VERSION,
+};
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Most data (estimated bytes) waiting for the collector; older items are dropped beyond it.
+pub const MAX_QUEUED_BYTES: usize = 8 << 20;
+/// First and longest wait between connection attempts.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `finish` waits for what is left to reach the collector.
+const FINISH_WAIT: Duration = Duration::from_secs(5);
 
 /// Who is connecting, sent once per connection.
 #[derive(Clone, Debug, Default)]
@@ -51,22 +73,654 @@ pub struct StreamOptions {
     pub refresh: Duration,
 }
 
+enum Item {
+    Samples(SampleBatch),
+    Snapshot(Snapshot<u32>),
+}
+
+impl Item {
+    /// A rough size in memory, for the queue bound.
+    fn cost(&self) -> usize {
+        match self {
+            Item::Samples(b) => {
+                64 + b
+                    .samples
+                    .iter()
+                    .map(|s| 40 + 8 * s.values.len())
+                    .sum::<usize>()
+            }
+            Item::Snapshot(s) => {
+                64 + s
+                    .threads
+                    .iter()
+                    .map(|t| 96 + t.name.len() + t.group.len() + 4 * t.frames.len())
+                    .sum::<usize>()
+            }
+        }
+    }
+}
+
+/// What was dropped since the agent started (reported to the collector as totals).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dropped {
+    pub snapshots: u64,
+    pub sample_batches: u64,
+    pub samples: u64,
+}
+
+impl Dropped {
+    fn count(&mut self, item: &Item) {
+        match item {
+            Item::Samples(b) => {
+                self.sample_batches += 1;
+                self.samples += b
+                    .samples
+                    .iter()
+                    .map(|s| s.values.first().copied().unwrap_or(0))
+                    .sum::<u64>();
+            }
+            Item::Snapshot(_) => self.snapshots += 1,
+        }
+    }
+}
+
+/// The hand-off between the caller and the I/O thread.
+#[derive(Default)]
+struct Outbox {
+    tables: Tables,
+    queue: VecDeque<Item>,
+    queued_bytes: usize,
+    dropped: Dropped,
+    /// `finish` was called: send what is left, then Bye.
+    closing: bool,
+    /// The I/O thread has ended.
+    done: bool,
+    /// Items and bytes written to a connection that accepted them (for tests and status).
+    sent_items: u64,
+}
+
+impl Outbox {
+    fn push(&mut self, item: Item) {
+        self.queued_bytes += item.cost();
+        self.queue.push_back(item);
+        while self.queued_bytes > MAX_QUEUED_BYTES && self.queue.len() > 1 {
+            if let Some(old) = self.queue.pop_front() {
+                self.queued_bytes -= old.cost();
+                self.dropped.count(&old);
+            }
+        }
+    }
+}
+
+struct Shared {
+    outbox: Mutex<Outbox>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 pub struct Stream {
-    _options: StreamOptions,
+    shared: Arc<Shared>,
+    /// Stream frame id of every frame seen (profile frames and snapshot frames share ids).
+    frame_ids: HashMap<Frame, u32>,
+    /// Profile frame index → stream frame id.
+    profile_frames: Vec<u32>,
+    /// Profile stacks and threads already in the tables (their stream ids are the profile's).
+    stacks: usize,
+    threads: usize,
+    /// Values already sent, per profile sample index.
+    sent_values: Vec<Vec<u64>>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 impl Stream {
-    pub fn start(options: StreamOptions, _handshake: Handshake) -> Stream {
-        eprintln!(
-            "jvmprof: streaming to {} is not available in this build yet; profiling continues without it",
-            options.server
-        );
-        Stream { _options: options }
+    pub fn start(options: StreamOptions, handshake: Handshake) -> Stream {
+        let shared = Arc::new(Shared {
+            outbox: Mutex::new(Outbox::default()),
+            wake: Condvar::new(),
+        });
+        let hello = Hello {
+            version: VERSION,
+            token: options.token.clone(),
+            pid: handshake.pid,
+            command: handshake.command,
+            jvm: handshake.jvm,
+            os: handshake.os,
+            host: handshake.host,
+            agent_version: handshake.agent_version,
+            start_unix_ms: handshake.start_unix_ms,
+        };
+        let io_shared = shared.clone();
+        let server = options.server.clone();
+        let spawned = std::thread::Builder::new()
+            .name("jvmprof stream".into())
+            .spawn(move || {
+                jvmprof_jvmti::os::block_sampling_signal_in_current_thread();
+                Connection::new(server, hello, io_shared).run()
+            });
+        if let Err(e) = spawned {
+            eprintln!(
+                "jvmprof: cannot start the streaming thread ({e}); profiling continues without streaming"
+            );
+            let mut o = shared.lock();
+            o.done = true;
+            o.closing = true;
+        }
+        Stream {
+            shared,
+            frame_ids: HashMap::new(),
+            profile_frames: Vec::new(),
+            stacks: 0,
+            threads: 0,
+            sent_values: Vec::new(),
+        }
     }
 
-    pub fn samples(&mut self, _profile: &Profile) {}
+    /// The stream id of `frame`, adding it to `new` when it is new.
+    fn frame_id(&mut self, frame: &Frame, new: &mut Vec<Frame>) -> u32 {
+        if let Some(id) = self.frame_ids.get(frame) {
+            return *id;
+        }
+        let id = self.frame_ids.len() as u32;
+        self.frame_ids.insert(frame.clone(), id);
+        new.push(frame.clone());
+        id
+    }
 
-    pub fn threads(&mut self, _time_unix_ms: u64, _snapshot: Vec<ThreadSnapshot>) {}
+    /// Queues what the profile gained since the previous call.
+    pub fn samples(&mut self, profile: &Profile) {
+        let mut new_frames = Vec::new();
+        for f in &profile.frames[self.profile_frames.len()..] {
+            let id = self.frame_id(f, &mut new_frames);
+            self.profile_frames.push(id);
+        }
+        let new_stacks: Vec<Vec<u32>> = profile.stacks[self.stacks..]
+            .iter()
+            .map(|s| s.iter().map(|f| self.profile_frames[*f as usize]).collect())
+            .collect();
+        self.stacks = profile.stacks.len();
+        let new_threads = profile.threads[self.threads..].to_vec();
+        self.threads = profile.threads.len();
+        let mut deltas = Vec::new();
+        for (i, s) in profile.samples.iter().enumerate() {
+            if i == self.sent_values.len() {
+                self.sent_values.push(vec![0; s.values.len()]);
+            }
+            let sent = &mut self.sent_values[i];
+            if sent.as_slice() == s.values.as_slice() {
+                continue;
+            }
+            let values: Vec<u64> = s
+                .values
+                .iter()
+                .zip(sent.iter())
+                .map(|(now, before)| now.saturating_sub(*before))
+                .collect();
+            sent.clone_from(&s.values);
+            deltas.push(SampleDelta {
+                thread: s.thread,
+                stack: s.stack,
+                state: s.state,
+                values,
+            });
+        }
+        let mut o = self.shared.lock();
+        if o.tables.metrics.is_empty() {
+            o.tables.metrics = profile.meta.metrics.clone();
+            o.tables.modes = profile.meta.modes.clone();
+            o.tables.interval_ns = profile.meta.interval_ns;
+        }
+        o.tables.frames.extend(new_frames);
+        o.tables.stacks.extend(new_stacks);
+        o.tables.threads.extend(new_threads);
+        if !deltas.is_empty() && !o.done {
+            o.push(Item::Samples(SampleBatch {
+                time_unix_ms: now_ms(),
+                samples: deltas,
+            }));
+        }
+        drop(o);
+        self.shared.wake.notify_all();
+    }
 
-    pub fn finish(self, _profile: &Profile) {}
+    /// Queues a snapshot of all threads.
+    pub fn threads(&mut self, time_unix_ms: u64, snapshot: Vec<ThreadSnapshot>) {
+        let mut new_frames = Vec::new();
+        let threads = snapshot
+            .into_iter()
+            .map(|t| ThreadDump {
+                id: t.id,
+                name: t.name,
+                group: t.group,
+                daemon: t.daemon,
+                state: t.state,
+                order: t.order,
+                frames: t
+                    .frames
+                    .iter()
+                    .map(|f| self.frame_id(f, &mut new_frames))
+                    .collect(),
+            })
+            .collect();
+        let mut o = self.shared.lock();
+        o.tables.frames.extend(new_frames);
+        if !o.done {
+            o.push(Item::Snapshot(Snapshot {
+                time_unix_ms,
+                threads,
+            }));
+        }
+        drop(o);
+        self.shared.wake.notify_all();
+    }
+
+    /// Queues the last delta, then waits (at most [`FINISH_WAIT`]) for everything to be sent.
+    pub fn finish(mut self, profile: &Profile) {
+        self.samples(profile);
+        let deadline = Instant::now() + FINISH_WAIT;
+        let mut o = self.shared.lock();
+        o.closing = true;
+        self.shared.wake.notify_all();
+        while !o.done {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                eprintln!(
+                    "jvmprof: the collector did not take the last {} queued items within {} s",
+                    o.queue.len(),
+                    FINISH_WAIT.as_secs()
+                );
+                break;
+            }
+            o = self
+                .shared
+                .wake
+                .wait_timeout(o, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// What was dropped so far.
+    pub fn dropped(&self) -> Dropped {
+        self.shared.lock().dropped
+    }
+}
+
+/// The I/O thread's state.
+struct Connection {
+    server: String,
+    hello: Hello,
+    shared: Arc<Shared>,
+    /// An outage was reported on stderr and not yet followed by a connection.
+    reported: bool,
+}
+
+enum Outcome {
+    /// Everything was sent and the connection closed after Bye.
+    Finished,
+    /// The connection failed; try again.
+    Lost(String),
+    /// The collector refused us (bad token, version): stop streaming.
+    Rejected(String),
+}
+
+impl Connection {
+    fn new(server: String, hello: Hello, shared: Arc<Shared>) -> Connection {
+        Connection {
+            server,
+            hello,
+            shared,
+            reported: false,
+        }
+    }
+
+    fn run(mut self) {
+        let mut backoff = BACKOFF_MIN;
+        let mut was_connected = false;
+        loop {
+            let outcome = match self.connect() {
+                Ok(sock) => {
+                    backoff = BACKOFF_MIN;
+                    was_connected = true;
+                    self.reported = false;
+                    self.session(sock)
+                }
+                Err(e) => Outcome::Lost(e),
+            };
+            match outcome {
+                Outcome::Finished => break,
+                Outcome::Rejected(reason) => {
+                    eprintln!(
+                        "jvmprof: the collector at {} refused this agent: {reason}; streaming stops",
+                        self.server
+                    );
+                    break;
+                }
+                Outcome::Lost(e) => {
+                    if !self.reported {
+                        self.reported = true;
+                        let what = if was_connected {
+                            "lost the connection to"
+                        } else {
+                            "cannot reach"
+                        };
+                        eprintln!(
+                            "jvmprof: {what} the collector at {} ({e}); retrying in the background, keeping the newest data",
+                            self.server
+                        );
+                    }
+                }
+            }
+            // Wait before the next attempt; when finishing, give up instead.
+            let o = self.shared.lock();
+            if o.closing {
+                break;
+            }
+            let (o, _) = self
+                .shared
+                .wake
+                .wait_timeout_while(o, backoff, |o| !o.closing)
+                .unwrap_or_else(|e| e.into_inner());
+            let closing = o.closing;
+            drop(o);
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+            if closing {
+                // One last immediate attempt to deliver what is left.
+                if let Ok(sock) = self.connect() {
+                    self.session(sock);
+                }
+                break;
+            }
+        }
+        let mut o = self.shared.lock();
+        o.done = true;
+        o.queue.clear();
+        o.queued_bytes = 0;
+        drop(o);
+        self.shared.wake.notify_all();
+    }
+
+    fn connect(&self) -> Result<TcpStream, String> {
+        let addrs: Vec<SocketAddr> = self
+            .server
+            .to_socket_addrs()
+            .map_err(|e| format!("bad address: {e}"))?
+            .collect();
+        let mut last = String::from("no address");
+        for a in addrs {
+            match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    let _ = s.set_write_timeout(Some(IO_TIMEOUT));
+                    let _ = s.set_read_timeout(Some(IO_TIMEOUT));
+                    return Ok(s);
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(last)
+    }
+
+    /// One connection: handshake, then send until finished or failed.
+    fn session(&mut self, mut sock: TcpStream) -> Outcome {
+        let mut enc = Encoder::new();
+        let mut out = Vec::new();
+        enc.hello(&self.hello, &mut out);
+        if let Err(e) = sock.write_all(&out) {
+            return Outcome::Lost(e.to_string());
+        }
+        match read_reply(&mut sock) {
+            Ok(Reply::Welcome { .. }) => {}
+            Ok(Reply::Reject { reason }) => return Outcome::Rejected(reason),
+            Err(e) => return Outcome::Lost(e),
+        }
+        let mut dropped_sent = Dropped::default();
+        loop {
+            out.clear();
+            let mut items = Vec::new();
+            let finished;
+            {
+                let mut o = self.shared.lock();
+                while o.queue.is_empty() && !o.closing {
+                    o = self.shared.wake.wait(o).unwrap_or_else(|e| e.into_inner());
+                }
+                while items.len() < 64
+                    && let Some(item) = o.queue.pop_front()
+                {
+                    o.queued_bytes -= item.cost();
+                    match &item {
+                        Item::Samples(b) => enc.samples(&o.tables, b, &mut out),
+                        Item::Snapshot(s) => enc.snapshot(&o.tables, s, &mut out),
+                    }
+                    items.push(item);
+                }
+                if o.dropped != dropped_sent {
+                    dropped_sent = o.dropped;
+                    enc.message(
+                        &Message::Dropped {
+                            snapshots: dropped_sent.snapshots,
+                            sample_batches: dropped_sent.sample_batches,
+                            samples: dropped_sent.samples,
+                        },
+                        &mut out,
+                    );
+                }
+                finished = o.closing && o.queue.is_empty();
+                if finished {
+                    enc.message(&Message::Bye, &mut out);
+                }
+            }
+            if let Err(e) = sock.write_all(&out) {
+                // What was in flight may or may not have arrived: count it as dropped.
+                let mut o = self.shared.lock();
+                for item in &items {
+                    o.dropped.count(item);
+                }
+                return Outcome::Lost(e.to_string());
+            }
+            self.shared.lock().sent_items += items.len() as u64;
+            if finished {
+                // Wait (bounded by the read timeout) for the collector to close its side, so
+                // that the JVM does not exit before the collector has read everything.
+                let _ = sock.shutdown(std::net::Shutdown::Write);
+                let mut sink = [0u8; 256];
+                while matches!(sock.read(&mut sink), Ok(n) if n > 0) {}
+                return Outcome::Finished;
+            }
+        }
+    }
+}
+
+fn read_reply(sock: &mut TcpStream) -> Result<Reply, String> {
+    let mut len = [0u8; 4];
+    sock.read_exact(&mut len)
+        .map_err(|e| format!("no reply to the handshake: {e}"))?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > 64 << 10 {
+        return Err(format!("handshake reply of {len} bytes is too long"));
+    }
+    let mut body = vec![0u8; len];
+    sock.read_exact(&mut body)
+        .map_err(|e| format!("truncated handshake reply: {e}"))?;
+    jvmprof_proto::wire::decode_payload(&body).map_err(|e| format!("bad handshake reply: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jvmprof_profile::{Meta, Metric, ProfileBuilder, Thread};
+    use jvmprof_proto::{Decoder, Event};
+    use std::net::TcpListener;
+
+    fn builder() -> ProfileBuilder {
+        ProfileBuilder::new(Meta {
+            modes: vec!["cpu".into()],
+            metrics: vec![Metric::Samples, Metric::Ns],
+            interval_ns: 10,
+            ..Meta::default()
+        })
+    }
+
+    /// A one-connection collector: welcomes the agent and returns every event until EOF.
+    fn fake_collector() -> (String, std::thread::JoinHandle<Vec<Event>>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let h = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut d = Decoder::new();
+            let mut events = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = s.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                d.push(&buf[..n]);
+                while let Some(e) = d.next_event().unwrap() {
+                    if matches!(e, Event::Hello(_)) {
+                        let mut out = Vec::new();
+                        jvmprof_proto::wire::put_frame(&Reply::Welcome { vm_id: 1 }, &mut out);
+                        s.write_all(&out).unwrap();
+                    }
+                    let bye = e == Event::Bye;
+                    events.push(e);
+                    if bye {
+                        return events;
+                    }
+                }
+            }
+            d.finish().unwrap();
+            events
+        });
+        (addr, h)
+    }
+
+    fn options(server: String) -> StreamOptions {
+        StreamOptions {
+            server,
+            token: None,
+            refresh: Duration::from_millis(100),
+        }
+    }
+
+    #[test]
+    fn sends_deltas_and_snapshots_then_bye() {
+        let (addr, collector) = fake_collector();
+        let mut s = Stream::start(options(addr), Handshake::default());
+        let mut b = builder();
+        let main = b.frame(Frame::java("A", "main", "()V", 1));
+        let work = b.frame(Frame::java("A", "work", "()V", 2));
+        let t = b.thread(Thread {
+            tid: 1,
+            name: "main".into(),
+        });
+        let st = b.stack(&[main, work]);
+        b.add(t, st, ThreadState::Running, &[2, 20]);
+        s.samples(b.profile());
+        s.threads(
+            5,
+            vec![ThreadSnapshot {
+                id: 1,
+                name: "main".into(),
+                group: "main".into(),
+                daemon: false,
+                state: ThreadState::Running,
+                order: 0,
+                frames: vec![Frame::java("A", "work", "()V", 3)],
+            }],
+        );
+        b.add(t, st, ThreadState::Running, &[3, 30]);
+        let st2 = b.stack(&[main]);
+        b.add(t, st2, ThreadState::Running, &[1, 10]);
+        s.samples(b.profile());
+        s.samples(b.profile()); // nothing new: no batch
+        let profile = b.finish();
+        s.finish(&profile);
+        let events = collector.join().unwrap();
+        let batches: Vec<String> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Samples { profile, .. } => Some(
+                    jvmprof_profile::collapsed::to_string(profile, &Default::default()).unwrap(),
+                ),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            batches,
+            vec!["A.main;A.work 2\n", "A.main 1\nA.main;A.work 3\n"]
+        );
+        let snap = events
+            .iter()
+            .find_map(|e| match e {
+                Event::Snapshot(s) => Some(s),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(snap.time_unix_ms, 5);
+        assert_eq!(snap.threads[0].frames[0].line, 3);
+        assert_eq!(events.last(), Some(&Event::Bye));
+    }
+
+    #[test]
+    fn unreachable_collector_drops_oldest_and_finish_returns() {
+        // A port nobody listens on.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut s = Stream::start(options(format!("127.0.0.1:{port}")), Handshake::default());
+        let big: Vec<ThreadSnapshot> = (0..1000)
+            .map(|i| ThreadSnapshot {
+                id: i,
+                name: format!("worker-{i}"),
+                group: "main".into(),
+                daemon: false,
+                state: ThreadState::Waiting,
+                order: i as u64,
+                frames: vec![Frame::java("A", "run", "()V", 1); 20],
+            })
+            .collect();
+        let per = Item::Snapshot(Snapshot {
+            time_unix_ms: 0,
+            threads: big
+                .iter()
+                .map(|t| ThreadDump {
+                    id: t.id,
+                    name: t.name.clone(),
+                    group: t.group.clone(),
+                    daemon: false,
+                    state: t.state,
+                    order: t.order,
+                    frames: vec![0; 20],
+                })
+                .collect(),
+        })
+        .cost();
+        let n = 2 * MAX_QUEUED_BYTES / per + 10;
+        for i in 0..n {
+            s.threads(i as u64, big.clone());
+        }
+        let o = s.shared.lock();
+        assert!(o.queued_bytes <= MAX_QUEUED_BYTES);
+        assert_eq!(
+            o.dropped.snapshots as usize + o.queue.len(),
+            n,
+            "every snapshot is either queued or counted as dropped"
+        );
+        assert!(o.dropped.snapshots > 0);
+        drop(o);
+        s.finish(&builder().finish());
+    }
 }

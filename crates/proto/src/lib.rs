@@ -19,7 +19,7 @@ use std::fmt;
 pub use wire::{Hello, MAGIC, MAX_FRAME, Message, Reply, VERSION};
 use wire::{
     WireFrame, WireSample, WireThread, WireThreadState, decode_payload, kind_code, kind_from,
-    metric_code, metric_from, put_frame, state_code, state_from, take_frame,
+    put_frame, state_code, state_from, take_frame,
 };
 
 /// Most entries one connection may define in each table (strings, frames, stacks, threads).
@@ -155,7 +155,7 @@ impl Encoder {
             self.meta_sent = true;
             let meta = Message::Meta {
                 modes: t.modes.clone(),
-                metrics: t.metrics.iter().map(|m| metric_code(*m)).collect(),
+                metrics: t.metrics.iter().map(|m| m.as_str().to_string()).collect(),
                 interval_ns: t.interval_ns,
             };
             put_frame(&meta, &mut defs);
@@ -467,7 +467,7 @@ impl Decoder {
             } => {
                 let metrics = metrics
                     .iter()
-                    .map(|c| metric_from(*c).ok_or_else(|| format!("unknown metric code {c}")))
+                    .map(|m| Metric::parse(m).ok_or_else(|| format!("unknown metric {m:?}")))
                     .collect::<Result<Vec<_>, _>>()?;
                 self.meta = Some(Meta0 {
                     modes,

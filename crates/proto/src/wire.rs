@@ -2,7 +2,7 @@
 //! [payload]`. Names and frames are ids into per-connection tables that the sender fills before
 //! it first refers to an entry, so a frame or a class name crosses a connection once.
 
-use jvmprof_profile::{FrameKind, Metric, ThreadState};
+use jvmprof_profile::{FrameKind, ThreadState};
 use serde::{Deserialize, Serialize};
 
 /// An agent connection starts with these four bytes, then frames. Anything else on the port is
@@ -89,10 +89,11 @@ pub enum Message {
         first: u32,
         threads: Vec<WireThread>,
     },
-    /// The metrics (codes) every sample value list follows, the modes and the interval.
+    /// The metrics (by name, e.g. `samples`, `ns`) every sample value list follows, the modes and
+    /// the interval.
     Meta {
         modes: Vec<String>,
-        metrics: Vec<u8>,
+        metrics: Vec<String>,
         interval_ns: u64,
     },
     Samples {
@@ -168,7 +169,7 @@ pub fn take_frame(buf: &[u8]) -> Result<Option<(&[u8], usize)>, String> {
 /// Decodes one frame's payload as a `T` that must use all of it.
 pub fn decode_payload<'a, T: Deserialize<'a>>(payload: &'a [u8]) -> Result<T, String> {
     match postcard::take_from_bytes::<T>(payload) {
-        Ok((v, rest)) if rest.is_empty() => Ok(v),
+        Ok((v, [])) => Ok(v),
         Ok((_, rest)) => Err(format!("{} bytes left over after the message", rest.len())),
         Err(e) => Err(format!("undecodable payload ({e})")),
     }
@@ -218,29 +219,6 @@ pub fn state_from(c: u8) -> Option<ThreadState> {
         5 => ThreadState::TimedWaiting,
         6 => ThreadState::Parked,
         7 => ThreadState::Native,
-        _ => return None,
-    })
-}
-
-pub fn metric_code(m: Metric) -> u8 {
-    match m {
-        Metric::Samples => 0,
-        Metric::Ns => 1,
-        Metric::Calls => 2,
-        Metric::Bytecodes => 3,
-        Metric::Bytes => 4,
-        Metric::Objects => 5,
-    }
-}
-
-pub fn metric_from(c: u8) -> Option<Metric> {
-    Some(match c {
-        0 => Metric::Samples,
-        1 => Metric::Ns,
-        2 => Metric::Calls,
-        3 => Metric::Bytecodes,
-        4 => Metric::Bytes,
-        5 => Metric::Objects,
         _ => return None,
     })
 }
