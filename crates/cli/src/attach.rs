@@ -251,6 +251,7 @@ impl VmConnection {
             read_timeout: None,
         };
         if is_socket(&socket) {
+            check_socket_owner(&socket, &status)?;
             return Ok(conn);
         }
 
@@ -264,6 +265,7 @@ impl VmConnection {
         loop {
             if is_socket(&socket) {
                 drop(trigger);
+                check_socket_owner(&socket, &status)?;
                 return Ok(conn);
             }
             if fs::metadata(&proc_dir).is_err() {
@@ -424,6 +426,26 @@ fn check_is_jvm(pid: u32, status: &ProcStatus) -> Result<()> {
             "process {pid} ({}) has not loaded libjvm.so, so it is not a HotSpot JVM; not \
              signalling it",
             status.name
+        );
+    }
+    Ok(())
+}
+
+/// Like the JDK's client: only talk to a socket the target's user created, so that another user
+/// cannot stand in for the JVM by planting a socket in a shared /tmp.
+fn check_socket_owner(socket: &Path, status: &ProcStatus) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(socket)
+        .with_context(|| format!("cannot stat the attach socket {}", socket.display()))?;
+    if meta.uid() != status.euid || meta.gid() != status.egid {
+        bail!(
+            "the attach socket {} belongs to uid {} gid {}, not to the JVM's user (uid {} gid {}); \
+             not using it",
+            socket.display(),
+            meta.uid(),
+            meta.gid(),
+            status.euid,
+            status.egid
         );
     }
     Ok(())

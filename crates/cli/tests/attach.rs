@@ -221,6 +221,25 @@ fn jdk25_thread_print_and_properties() {
 }
 
 #[test]
+fn jdk17_disabled_attach_mechanism_times_out_with_a_clear_error() {
+    let Some(home) = jdk(17) else { return };
+    let jvm = Jvm::start(&home, &["-XX:+DisableAttachMechanism"]);
+    let pid = jvm.pid();
+    let err = VmConnection::attach_with_timeout(pid, std::time::Duration::from_secs(2))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("did not start its attach listener within 2.0 s"),
+        "{err}"
+    );
+    assert!(err.contains("DisableAttachMechanism"), "{err}");
+    // The trigger file is removed on failure too, and the JVM survived our SIGQUIT.
+    assert!(!jvm.cwd.join(format!(".attach_pid{pid}")).exists());
+    assert!(alive(pid));
+    jvm.stop();
+}
+
+#[test]
 fn refuses_to_signal_a_process_that_does_not_handle_sigquit() {
     let mut child = Command::new("sleep").arg("60").spawn().unwrap();
     let pid = child.id();
