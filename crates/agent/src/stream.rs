@@ -189,13 +189,29 @@ impl Stream {
             outbox: Mutex::new(Outbox::default()),
             wake: Condvar::new(),
         });
+        let os = if handshake.os.trim().is_empty() {
+            // JVMTI may not offer os.name this early: ask the kernel.
+            let read = |f: &str| {
+                std::fs::read_to_string(f)
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string()
+            };
+            format!(
+                "{} {}",
+                read("/proc/sys/kernel/ostype"),
+                read("/proc/sys/kernel/osrelease")
+            )
+        } else {
+            handshake.os
+        };
         let hello = Hello {
             version: VERSION,
             token: options.token.clone(),
             pid: handshake.pid,
             command: handshake.command,
             jvm: handshake.jvm,
-            os: handshake.os,
+            os,
             host: handshake.host,
             agent_version: handshake.agent_version,
             start_unix_ms: handshake.start_unix_ms,

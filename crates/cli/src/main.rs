@@ -8,6 +8,7 @@ mod demo;
 mod instrument;
 mod record;
 mod report;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -34,6 +35,8 @@ enum Command {
     Demo(demo::Args),
     /// Offline instrumentation of a jar, class directory or class file.
     Instrument(instrument::Args),
+    /// Collector for streaming agents, with an HTTP API and web UI.
+    Serve(serve::Args),
 }
 
 fn main() {
@@ -44,6 +47,7 @@ fn main() {
         Command::Convert(a) => convert::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Instrument(a) => instrument::run(a),
+        Command::Serve(a) => serve::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

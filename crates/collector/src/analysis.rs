@@ -1,0 +1,120 @@
+//! Analyses (xdProf's "analysis tools"): every connected VM's traces go to each analysis through
+//! the three calls of [`Analysis`]. Built in: the live view ([`LiveView`], latest snapshot of each
+//! VM, served by the API), per-VM profiles over time ([`Profiles`], every sample batch stored),
+//! and call graphs ([`CallGraphs`], a Graphviz `.dot` per VM written when it disconnects).
+
+use crate::store::{Store, VmRecord};
+use jvmprof_profile::Profile;
+use jvmprof_proto::Snapshot;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// What a VM sent.
+#[derive(Debug)]
+pub enum Trace {
+    /// Samples gained since the previous batch, as a small profile.
+    Samples { time_unix_ms: u64, profile: Profile },
+    /// The stacks of all threads.
+    Snapshot(Snapshot),
+}
+
+/// A pluggable analysis. Calls come from the connection tasks, so they must be quick: hand heavy
+/// work to a thread.
+pub trait Analysis: Send + Sync {
+    /// A VM connected (or reconnected: the id stays the same).
+    fn add_connection(&self, vm: &VmRecord);
+    /// A VM sent a trace.
+    fn add_trace(&self, vm: u64, trace: &Trace);
+    /// The VM's connection ended; everything it sent has been stored.
+    fn remove_connection(&self, vm: u64);
+}
+
+/// The latest snapshot of each VM (loaded from the store at start).
+#[derive(Default)]
+pub struct LiveView {
+    latest: Mutex<HashMap<u64, Snapshot>>,
+}
+
+impl LiveView {
+    pub fn load(store: &Store) -> anyhow::Result<LiveView> {
+        Ok(LiveView {
+            latest: Mutex::new(store.snapshots()?.into_iter().collect()),
+        })
+    }
+
+    pub fn latest(&self, vm: u64) -> Option<Snapshot> {
+        self.latest.lock().unwrap().get(&vm).cloned()
+    }
+}
+
+impl Analysis for LiveView {
+    fn add_connection(&self, _vm: &VmRecord) {}
+
+    fn add_trace(&self, vm: u64, trace: &Trace) {
+        if let Trace::Snapshot(s) = trace {
+            self.latest.lock().unwrap().insert(vm, s.clone());
+        }
+    }
+
+    fn remove_connection(&self, _vm: u64) {}
+}
+
+/// Stores every sample batch and the latest snapshot, so the API can aggregate any time range
+/// and everything survives a restart.
+pub struct Profiles {
+    pub store: Store,
+}
+
+impl Analysis for Profiles {
+    fn add_connection(&self, vm: &VmRecord) {
+        self.store.put_vm(vm.clone());
+    }
+
+    fn add_trace(&self, vm: u64, trace: &Trace) {
+        match trace {
+            Trace::Samples {
+                time_unix_ms,
+                profile,
+            } => self.store.put_batch(vm, *time_unix_ms, profile.clone()),
+            Trace::Snapshot(s) => self.store.put_snapshot(vm, s.clone()),
+        }
+    }
+
+    fn remove_connection(&self, _vm: u64) {}
+}
+
+/// Writes `DIR/callgraphs/vm-ID.dot` (the VM's whole profile) when a VM disconnects.
+pub struct CallGraphs {
+    pub store: Store,
+    pub dir: PathBuf,
+    pub vms: std::sync::Arc<crate::Registry>,
+}
+
+impl Analysis for CallGraphs {
+    fn add_connection(&self, _vm: &VmRecord) {}
+
+    fn add_trace(&self, _vm: u64, _trace: &Trace) {}
+
+    fn remove_connection(&self, vm: u64) {
+        let Some(record) = self.vms.record(vm) else {
+            return;
+        };
+        let store = self.store.clone();
+        let dir = self.dir.clone();
+        std::thread::spawn(move || {
+            let result = (|| -> anyhow::Result<PathBuf> {
+                let profile = store.profile(&record, 0, u64::MAX)?;
+                std::fs::create_dir_all(&dir)?;
+                let path = dir.join(format!("vm-{vm}.dot"));
+                let mut bytes = Vec::new();
+                jvmprof_profile::dot::write(&profile, &Default::default(), &mut bytes)?;
+                std::fs::write(&path, bytes)?;
+                Ok(path)
+            })();
+            if let Err(e) = result {
+                eprintln!("jvmprof serve: call graph of VM {vm}: {e}");
+            }
+        });
+    }
+}

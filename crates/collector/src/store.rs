@@ -1,0 +1,270 @@
+//! Embedded storage (redb, one file under `--data`): the VMs, every received sample batch and the
+//! latest thread snapshot of each VM. One writer thread commits whatever has queued up in one
+//! transaction (group commit, fsync per transaction), so many agents cost few fsyncs; a
+//! [`Store::barrier`] returns once everything queued before it is durable.
+
+use jvmprof_profile::{Meta, Profile, ProfileBuilder};
+use jvmprof_proto::Snapshot;
+use redb::{Database, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc;
+
+const VMS: TableDefinition<u64, &[u8]> = TableDefinition::new("vms");
+/// (vm, sequence) → a received sample batch.
+const BATCHES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("batches");
+const SNAPSHOTS: TableDefinition<u64, &[u8]> = TableDefinition::new("snapshots");
+
+/// A VM as stored (and as the API shows it, with `connected` from the live registry).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmRecord {
+    pub id: u64,
+    pub pid: u32,
+    pub command: String,
+    pub host: String,
+    pub jvm: String,
+    pub os: String,
+    pub agent_version: String,
+    pub start_unix_ms: u64,
+    /// When the latest connection started, Unix ms.
+    pub connected_at: u64,
+    /// When the VM last sent anything, Unix ms.
+    pub last_seen: u64,
+    /// What the agent reported dropping while the collector was away (totals).
+    pub dropped_snapshots: u64,
+    pub dropped_sample_batches: u64,
+    pub dropped_samples: u64,
+}
+
+/// A stored sample batch.
+#[derive(Serialize, Deserialize)]
+struct Batch {
+    time_unix_ms: u64,
+    profile: Profile,
+}
+
+enum Write {
+    Vm(VmRecord),
+    Batch {
+        vm: u64,
+        time_unix_ms: u64,
+        profile: Profile,
+    },
+    Snapshot {
+        vm: u64,
+        snapshot: Snapshot,
+    },
+    Barrier(tokio::sync::oneshot::Sender<()>),
+}
+
+#[derive(Clone)]
+pub struct Store {
+    db: Arc<Database>,
+    tx: mpsc::Sender<Write>,
+}
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    postcard::to_stdvec(v).unwrap_or_default()
+}
+
+impl Store {
+    /// Opens (or creates) `dir/collector.redb` and starts the writer thread.
+    pub fn open(dir: &Path) -> anyhow::Result<Store> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join("collector.redb");
+        let db = Database::create(&path)
+            .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
+        let w = db.begin_write()?;
+        w.open_table(VMS)?;
+        w.open_table(BATCHES)?;
+        w.open_table(SNAPSHOTS)?;
+        w.commit()?;
+        let db = Arc::new(db);
+        let mut seq = {
+            let r = db.begin_read()?;
+            let t = r.open_table(BATCHES)?;
+            let mut max = 0;
+            for e in t.iter()? {
+                max = max.max(e?.0.value().1 + 1);
+            }
+            max
+        };
+        let (tx, rx) = mpsc::channel::<Write>();
+        let wdb = db.clone();
+        std::thread::Builder::new()
+            .name("store writer".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut writes = vec![first];
+                    while writes.len() < 4096
+                        && let Ok(w) = rx.try_recv()
+                    {
+                        writes.push(w);
+                    }
+                    if let Err(e) = commit(&wdb, &mut seq, writes) {
+                        eprintln!("jvmprof serve: storage write failed: {e}");
+                    }
+                }
+            })?;
+        Ok(Store { db, tx })
+    }
+
+    pub fn put_vm(&self, vm: VmRecord) {
+        let _ = self.tx.send(Write::Vm(vm));
+    }
+
+    pub fn put_batch(&self, vm: u64, time_unix_ms: u64, profile: Profile) {
+        let _ = self.tx.send(Write::Batch {
+            vm,
+            time_unix_ms,
+            profile,
+        });
+    }
+
+    pub fn put_snapshot(&self, vm: u64, snapshot: Snapshot) {
+        let _ = self.tx.send(Write::Snapshot { vm, snapshot });
+    }
+
+    /// Resolves once everything queued before it is committed.
+    pub async fn barrier(&self) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.tx.send(Write::Barrier(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    pub fn vms(&self) -> anyhow::Result<Vec<VmRecord>> {
+        let r = self.db.begin_read()?;
+        let t = r.open_table(VMS)?;
+        let mut out = Vec::new();
+        for e in t.iter()? {
+            out.push(postcard::from_bytes(e?.1.value())?);
+        }
+        Ok(out)
+    }
+
+    pub fn snapshots(&self) -> anyhow::Result<Vec<(u64, Snapshot)>> {
+        let r = self.db.begin_read()?;
+        let t = r.open_table(SNAPSHOTS)?;
+        let mut out = Vec::new();
+        for e in t.iter()? {
+            let (k, v) = e?;
+            out.push((k.value(), postcard::from_bytes(v.value())?));
+        }
+        Ok(out)
+    }
+
+    /// The VM's samples received with times in `[from, to]` (Unix ms), merged into one profile.
+    pub fn profile(&self, vm: &VmRecord, from: u64, to: u64) -> anyhow::Result<Profile> {
+        let r = self.db.begin_read()?;
+        let t = r.open_table(BATCHES)?;
+        let mut merged: Option<ProfileBuilder> = None;
+        let (mut first, mut last) = (u64::MAX, 0);
+        for e in t.range((vm.id, 0)..=(vm.id, u64::MAX))? {
+            let (_, v) = e?;
+            let batch: Batch = postcard::from_bytes(v.value())?;
+            if batch.time_unix_ms < from || batch.time_unix_ms > to {
+                continue;
+            }
+            first = first.min(batch.time_unix_ms);
+            last = last.max(batch.time_unix_ms);
+            let b = merged.get_or_insert_with(|| {
+                ProfileBuilder::new(Meta {
+                    modes: batch.profile.meta.modes.clone(),
+                    metrics: batch.profile.meta.metrics.clone(),
+                    interval_ns: batch.profile.meta.interval_ns,
+                    ..Meta::default()
+                })
+            });
+            merge(b, &batch.profile);
+        }
+        let mut b = merged.unwrap_or_else(|| {
+            ProfileBuilder::new(Meta {
+                modes: vec!["cpu".into()],
+                metrics: vec![
+                    jvmprof_profile::Metric::Samples,
+                    jvmprof_profile::Metric::Ns,
+                ],
+                ..Meta::default()
+            })
+        });
+        let meta = b.meta_mut();
+        meta.pid = vm.pid;
+        meta.command = vm.command.clone();
+        meta.jvm_name = vm.jvm.clone();
+        meta.start_unix_ms = if first == u64::MAX { 0 } else { first };
+        meta.duration_ms = last.saturating_sub(meta.start_unix_ms);
+        meta.engine = "collector".into();
+        meta.dropped_samples = vm.dropped_samples;
+        meta.extra.insert("host".into(), vm.host.clone());
+        meta.extra.insert("vm_id".into(), vm.id.to_string());
+        Ok(b.finish())
+    }
+}
+
+/// Adds `p`'s samples to `b`, matching metrics by name (missing ones count 0).
+pub fn merge(b: &mut ProfileBuilder, p: &Profile) {
+    let metrics = b.profile().meta.metrics.clone();
+    let index: Vec<Option<usize>> = metrics.iter().map(|m| p.metric_index(*m)).collect();
+    let frames: Vec<u32> = p.frames.iter().map(|f| b.frame(f.clone())).collect();
+    let stacks: Vec<u32> = p
+        .stacks
+        .iter()
+        .map(|s| {
+            let ids: Vec<u32> = s.iter().map(|f| frames[*f as usize]).collect();
+            b.stack(&ids)
+        })
+        .collect();
+    let threads: Vec<u32> = p.threads.iter().map(|t| b.thread(t.clone())).collect();
+    let mut values = vec![0u64; metrics.len()];
+    for s in &p.samples {
+        for (v, i) in values.iter_mut().zip(&index) {
+            *v = i.and_then(|i| s.values.get(i).copied()).unwrap_or(0);
+        }
+        b.add(
+            threads[s.thread as usize],
+            stacks[s.stack as usize],
+            s.state,
+            &values,
+        );
+    }
+}
+
+fn commit(db: &Database, seq: &mut u64, writes: Vec<Write>) -> anyhow::Result<()> {
+    let mut barriers = Vec::new();
+    let w = db.begin_write()?;
+    {
+        let mut vms = w.open_table(VMS)?;
+        let mut batches = w.open_table(BATCHES)?;
+        let mut snapshots = w.open_table(SNAPSHOTS)?;
+        for write in writes {
+            match write {
+                Write::Vm(vm) => {
+                    vms.insert(vm.id, encode(&vm).as_slice())?;
+                }
+                Write::Batch {
+                    vm,
+                    time_unix_ms,
+                    profile,
+                } => {
+                    let bytes = encode(&Batch {
+                        time_unix_ms,
+                        profile,
+                    });
+                    batches.insert((vm, *seq), bytes.as_slice())?;
+                    *seq += 1;
+                }
+                Write::Snapshot { vm, snapshot } => {
+                    snapshots.insert(vm, encode(&snapshot).as_slice())?;
+                }
+                Write::Barrier(tx) => barriers.push(tx),
+            }
+        }
+    }
+    w.commit()?;
+    for b in barriers {
+        let _ = b.send(());
+    }
+    Ok(())
+}
