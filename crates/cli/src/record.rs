@@ -41,6 +41,9 @@ pub struct Args {
     /// Stack walker: auto (AsyncGetCallTrace when available), asgct or safepoint.
     #[arg(long, default_value = "auto")]
     pub engine: String,
+    /// Also stream samples and thread snapshots to a collector (`jvmprof serve`) at HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub server: Option<String>,
     /// Attach to this running JVM instead of launching one.
     #[arg(long, conflicts_with = "command")]
     pub pid: Option<u32>,
@@ -77,6 +80,9 @@ pub fn run(args: Args) -> Result<i32> {
         native.display(),
         status.display()
     );
+    if let Some(server) = &args.server {
+        options.push_str(&format!(",server={server}"));
+    }
     let code = match args.pid {
         Some(pid) => {
             if let Some(d) = &args.duration {
