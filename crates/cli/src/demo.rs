@@ -48,6 +48,7 @@ pub fn run(args: Args) -> Result<i32> {
     eprintln!("jvmprof: profiling the bundled demo for {} s", args.seconds);
     let code = record::run(record::Args {
         mode: "cpu".into(),
+        server: None,
         interval: "10ms".into(),
         threads: false,
         output: args.output.clone(),
