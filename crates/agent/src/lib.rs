@@ -9,6 +9,8 @@
 
 #![deny(unsafe_code)]
 
+pub mod dump;
+pub mod events;
 pub mod options;
 pub mod sampler;
 mod session;
@@ -16,9 +18,14 @@ pub mod stream;
 pub mod symbols;
 
 use jvmprof_jvmti::bindings::agent::AgentLoadContext;
-use jvmprof_jvmti::bindings::callbacks::{CallbackContext, ClassEvent, ThreadEvent};
+use jvmprof_jvmti::bindings::callbacks::{
+    CallbackContext, ClassEvent, MonitorEvent, MonitorWaitEvent, MonitorWaitedEvent,
+    ObjectAllocationEvent, ObjectFreeEvent, ThreadEvent,
+};
 use jvmprof_jvmti::bindings::{Agent, jni};
-use jvmprof_jvmti::{Capabilities, Env, Event, Jni, Vm, event_class, event_thread, os};
+use jvmprof_jvmti::{
+    Capabilities, Env, Event, Jni, Vm, event_class, event_object, event_thread, os,
+};
 use options::{Command, Options};
 use sampler::threads::ThreadTable;
 use session::{Context, Session};
@@ -52,7 +59,7 @@ fn context(g: &Globals) -> Context {
         env: g.env,
         threads: &THREADS,
         names: &NAMES,
-        thread_cpu_time: g.caps.thread_cpu_time,
+        caps: g.caps,
         attached: g.attached,
     }
 }
@@ -68,6 +75,9 @@ fn init_globals(vm: Vm, attached: bool) -> Result<&'static Globals, String> {
             line_numbers: true,
             source_file_name: true,
             thread_cpu_time: true,
+            sampled_alloc: true,
+            tag_objects: true,
+            monitor_events: true,
         })
         .map_err(|e| e.to_string())?;
     env.set_default_callbacks().map_err(|e| e.to_string())?;
@@ -146,6 +156,34 @@ fn register_current_thread(context: &CallbackContext<'_>, thread: jni::jthread) 
     }
 }
 
+/// `dump=FILE` / `heap=FILE`: writes a thread dump or class histogram as JSON, on the attach
+/// listener's thread, and returns.
+fn attach_command(context: &AgentLoadContext<'_>, path: &std::path::Path, heap: bool) -> jni::jint {
+    let vm = Vm::from_ref(context.vm());
+    let result = (|| -> Result<(), String> {
+        let jni = vm
+            .attach_current_thread_as_daemon(c"Attach Listener")
+            .map_err(|e| e.to_string())?;
+        let json = if heap {
+            serde_json::to_vec(&dump::class_histogram(&vm, &jni)?)
+        } else {
+            serde_json::to_vec(&dump::thread_dump(&jni)?)
+        }
+        .map_err(|e| e.to_string())?;
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        std::fs::write(&tmp, json).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    })();
+    match result {
+        Ok(()) => jni::JNI_OK,
+        Err(e) => {
+            say(&e);
+            jni::JNI_ERR
+        }
+    }
+}
+
 #[derive(Default)]
 struct JvmprofAgent;
 
@@ -153,9 +191,9 @@ impl Agent for JvmprofAgent {
     fn on_load(&self, context: AgentLoadContext<'_>) -> jni::jint {
         let text = context.options_lossy().unwrap_or_default();
         let options = match options::parse(&text) {
-            Ok(Command::Start(o)) => o,
-            Ok(Command::Stop) => {
-                say("`stop` only makes sense when attaching; the agent is inert");
+            Ok(Command::Start(o)) => *o,
+            Ok(Command::Stop | Command::Dump(_) | Command::Heap(_)) => {
+                say("`stop`, `dump` and `heap` only make sense when attaching; the agent is inert");
                 return jni::JNI_OK;
             }
             Err(e) => {
@@ -177,7 +215,9 @@ impl Agent for JvmprofAgent {
                 stop_session();
                 return jni::JNI_OK;
             }
-            Ok(Command::Start(o)) => o,
+            Ok(Command::Dump(path)) => return attach_command(&context, &path, false),
+            Ok(Command::Heap(path)) => return attach_command(&context, &path, true),
+            Ok(Command::Start(o)) => *o,
             Err(e) => {
                 say(&format!("{e}; profiling is off, the application continues"));
                 return jni::JNI_ERR;
@@ -229,6 +269,46 @@ impl Agent for JvmprofAgent {
 
     fn class_prepare(&self, context: CallbackContext<'_>, event: ClassEvent) {
         Env::from_context(&context).prepare_class_methods(event_class(event.class()));
+    }
+
+    fn sampled_object_alloc(&self, context: CallbackContext<'_>, event: ObjectAllocationEvent) {
+        if let (Some(r), Some(object)) = (events::current(), event.object_opt()) {
+            let env = Env::from_context(&context);
+            let class = event_class(event.class());
+            r.on_alloc(&env, event_object(object), class, event.size());
+        }
+    }
+
+    fn object_free(&self, _context: CallbackContext<'_>, event: ObjectFreeEvent) {
+        if let Some(r) = events::current() {
+            r.on_free(event.tag());
+        }
+    }
+
+    fn monitor_contended_enter(&self, _context: CallbackContext<'_>, _event: MonitorEvent) {
+        if let Some(r) = events::current() {
+            r.on_contended_enter();
+        }
+    }
+
+    fn monitor_contended_entered(&self, context: CallbackContext<'_>, event: MonitorEvent) {
+        if let (Some(r), Some(jni)) = (events::current(), Jni::from_context(&context)) {
+            let env = Env::from_context(&context);
+            r.on_contended_entered(&env, &jni, event_object(event.object()));
+        }
+    }
+
+    fn monitor_wait(&self, _context: CallbackContext<'_>, _event: MonitorWaitEvent) {
+        if let Some(r) = events::current() {
+            r.on_wait();
+        }
+    }
+
+    fn monitor_waited(&self, context: CallbackContext<'_>, event: MonitorWaitedEvent) {
+        if let (Some(r), Some(jni)) = (events::current(), Jni::from_context(&context)) {
+            let env = Env::from_context(&context);
+            r.on_waited(&env, &jni, event_object(event.object()));
+        }
     }
 
     fn callback_panicked(&self, event: &'static str) {

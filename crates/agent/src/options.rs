@@ -27,9 +27,28 @@ pub enum Engine {
     Safepoint,
 }
 
+/// Allocation profiling (`alloc` mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocOptions {
+    /// Mean bytes between sampled allocations.
+    pub interval_bytes: u64,
+    /// Also report which sampled objects are still alive at the end.
+    pub live: bool,
+}
+
+/// Lock profiling (`lock` mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockOptions {
+    /// Contended monitor entries shorter than this are not recorded.
+    pub threshold: Duration,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
-    pub mode: Mode,
+    /// Stack sampling (cpu or wall), if asked for.
+    pub sampling: Option<Mode>,
+    pub alloc: Option<AllocOptions>,
+    pub lock: Option<LockOptions>,
     pub interval: Duration,
     /// Output file; the format comes from `format` or the extension. `None` only when streaming
     /// to a collector without a file.
@@ -56,17 +75,44 @@ pub struct Options {
 /// What an option string asks the agent to do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
-    Start(Options),
+    Start(Box<Options>),
     /// Stop the running session and write its profile (sent by a second attach).
     Stop,
+    /// Write a thread dump (threads, stacks, locks, deadlocks) as JSON to this file (attach).
+    Dump(PathBuf),
+    /// Write a class histogram (instances and bytes per class) as JSON to this file (attach).
+    Heap(PathBuf),
+}
+
+impl Options {
+    /// The mode names, in a fixed order (`cpu`/`wall`, `alloc`, `lock`).
+    pub fn modes(&self) -> Vec<&'static str> {
+        let mut m = Vec::new();
+        if let Some(s) = self.sampling {
+            m.push(s.as_str());
+        }
+        if self.alloc.is_some() {
+            m.push("alloc");
+        }
+        if self.lock.is_some() {
+            m.push("lock");
+        }
+        m
+    }
 }
 
 pub const KNOWN_KEYS: &str =
     "mode, interval, file, format, value, threads, depth, engine, duration, status, stop";
 
 pub fn parse(text: &str) -> Result<Command, String> {
+    let mut modes: Option<&str> = None;
+    let mut alloc_interval: u64 = 512 * 1024;
+    let mut live = false;
+    let mut lock_threshold = Duration::from_micros(10);
     let mut o = Options {
-        mode: Mode::Cpu,
+        sampling: None,
+        alloc: None,
+        lock: None,
         interval: Duration::from_millis(10),
         file: None,
         format: None,
@@ -88,16 +134,12 @@ pub fn parse(text: &str) -> Result<Command, String> {
         let need = || value.ok_or_else(|| format!("option '{key}' needs a value ({key}=...)"));
         match key {
             "stop" => return Ok(Command::Stop),
-            "mode" => {
-                o.mode = match need()? {
-                    "cpu" => Mode::Cpu,
-                    "wall" => Mode::Wall,
-                    m @ ("alloc" | "lock" | "exact") => {
-                        return Err(format!("mode '{m}' is not available in this build yet"));
-                    }
-                    m => return Err(format!("unknown mode '{m}' (expected cpu or wall)")),
-                }
-            }
+            "dump" => return Ok(Command::Dump(PathBuf::from(need()?))),
+            "heap" => return Ok(Command::Heap(PathBuf::from(need()?))),
+            "mode" => modes = Some(need()?),
+            "alloc_interval" => alloc_interval = parse_bytes(need()?)?,
+            "live" => live = parse_bool(key, value)?,
+            "lock_threshold" => lock_threshold = parse_duration(need()?)?,
             "interval" => {
                 o.interval = parse_duration(need()?)?;
                 if o.interval < Duration::from_micros(100) {
@@ -139,13 +181,40 @@ pub fn parse(text: &str) -> Result<Command, String> {
             _ => return Err(format!("unknown option '{key}' (known: {KNOWN_KEYS})")),
         }
     }
+    // `mode=cpu+alloc+lock` (or `|`): several modes in one run; the CLI's `--mode cpu,alloc`
+    // arrives this way because commas separate options.
+    for m in modes.unwrap_or("cpu").split(['+', '|']) {
+        match m {
+            "cpu" | "wall" if o.sampling.is_some() => {
+                return Err("cpu and wall cannot be combined in one run".into());
+            }
+            "cpu" => o.sampling = Some(Mode::Cpu),
+            "wall" => o.sampling = Some(Mode::Wall),
+            "alloc" => {
+                o.alloc = Some(AllocOptions {
+                    interval_bytes: alloc_interval,
+                    live,
+                })
+            }
+            "lock" => {
+                o.lock = Some(LockOptions {
+                    threshold: lock_threshold,
+                })
+            }
+            "exact" => return Err("mode 'exact' is not available in this build yet".into()),
+            m => return Err(format!("unknown mode '{m}' (cpu, wall, alloc, lock)")),
+        }
+    }
+    if live && o.alloc.is_none() {
+        return Err("`live` needs mode alloc".into());
+    }
     if o.file.is_none() && o.server.is_none() {
         o.file = Some(PathBuf::from(format!(
             "jvmprof-{}.jvmprof",
             std::process::id()
         )));
     }
-    Ok(Command::Start(o))
+    Ok(Command::Start(Box::new(o)))
 }
 
 fn parse_bool(key: &str, value: Option<&str>) -> Result<bool, String> {
@@ -154,6 +223,25 @@ fn parse_bool(key: &str, value: Option<&str>) -> Result<bool, String> {
         Some("false") | Some("no") | Some("0") => Ok(false),
         Some(v) => Err(format!("option '{key}' takes true or false, not '{v}'")),
     }
+}
+
+/// `512k`, `1m`, `4096`: a byte count with an optional k/m/g (binary) suffix.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let lower = s.to_ascii_lowercase();
+    let (num, mult) = match lower.trim_end_matches('b').chars().last() {
+        Some('k') => (&lower[..lower.find('k').unwrap_or(0)], 1u64 << 10),
+        Some('m') => (&lower[..lower.find('m').unwrap_or(0)], 1 << 20),
+        Some('g') => (&lower[..lower.find('g').unwrap_or(0)], 1 << 30),
+        _ => (lower.trim_end_matches('b'), 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a byte count (e.g. 512k, 1m, 4096)"))?;
+    let bytes = n
+        .checked_mul(mult)
+        .filter(|b| *b <= i32::MAX as u64)
+        .ok_or_else(|| format!("'{s}' is too large (at most 2g)"))?;
+    Ok(bytes)
 }
 
 /// `10ms`, `250us`, `1s`, `2m`, `500ns`; a bare number is nanoseconds.
@@ -181,17 +269,39 @@ mod tests {
 
     fn start(s: &str) -> Options {
         match parse(s).unwrap() {
-            Command::Start(o) => o,
-            Command::Stop => panic!("stop"),
+            Command::Start(o) => *o,
+            other => panic!("{other:?}"),
         }
     }
 
     #[test]
     fn parses_all_keys() {
         let o = start(
-            "mode=wall,interval=1ms,file=/tmp/x.collapsed,threads,depth=64,engine=safepoint,duration=30s,value=ns",
+            "mode=wall+alloc+lock,alloc_interval=1m,live,lock_threshold=1ms,interval=1ms,file=/tmp/x.collapsed,threads,depth=64,engine=safepoint,duration=30s,value=ns",
         );
-        assert_eq!(o.mode, Mode::Wall);
+        assert_eq!(o.sampling, Some(Mode::Wall));
+        assert_eq!(
+            o.alloc,
+            Some(AllocOptions {
+                interval_bytes: 1 << 20,
+                live: true
+            })
+        );
+        assert_eq!(
+            o.lock,
+            Some(LockOptions {
+                threshold: Duration::from_millis(1)
+            })
+        );
+        assert_eq!(o.modes(), vec!["wall", "alloc", "lock"]);
+        let a = start("mode=alloc");
+        assert_eq!(a.sampling, None);
+        assert_eq!(a.alloc.unwrap().interval_bytes, 512 * 1024);
+        assert_eq!(start("").sampling, Some(Mode::Cpu));
+        assert_eq!(
+            parse("dump=/tmp/d.json").unwrap(),
+            Command::Dump(PathBuf::from("/tmp/d.json"))
+        );
         assert_eq!(o.interval, Duration::from_millis(1));
         assert_eq!(o.file, Some(PathBuf::from("/tmp/x.collapsed")));
         assert!(o.threads);
@@ -236,6 +346,15 @@ mod tests {
                 .unwrap_err()
                 .contains("true or false")
         );
+    }
+
+    #[test]
+    fn byte_counts() {
+        assert_eq!(parse_bytes("512k").unwrap(), 524_288);
+        assert_eq!(parse_bytes("2m").unwrap(), 2_097_152);
+        assert_eq!(parse_bytes("4096").unwrap(), 4096);
+        assert_eq!(parse_bytes("1KB").unwrap(), 1024);
+        assert!(parse_bytes("3g").is_err());
     }
 
     #[test]

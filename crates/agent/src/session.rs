@@ -6,17 +6,19 @@
 //! in step with the process's threads, and at the end writes the profile. The target application
 //! never waits for it.
 
+use crate::events::{self, Kind, Recorder};
 use crate::options::{Engine, Mode, Options};
 use crate::sampler::ring::{NO_JNI_ENV, Ring};
 use crate::sampler::signal::{self, SignalSampler};
 use crate::sampler::threads::ThreadTable;
 use crate::stream::{Handshake, Stream, StreamOptions, ThreadSnapshot};
-use crate::symbols::Symbols;
+use crate::symbols::{Symbols, class_name};
 use jvmprof_jvmti::asgct::{self, CallFrame};
 use jvmprof_jvmti::os::{self, ThreadCpuTimer};
-use jvmprof_jvmti::{Env, Jni, ThreadStack, Vm, thread_state};
+use jvmprof_jvmti::{Capabilities, Env, Event, Jni, MethodId, ThreadStack, Vm, thread_state};
 use jvmprof_profile::{
-    ExportOptions, Format, Meta, Metric, Profile, ProfileBuilder, Thread, ThreadState,
+    ExportOptions, Format, Frame, FrameKind, Meta, Metric, Profile, ProfileBuilder, Thread,
+    ThreadState,
 };
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -31,6 +33,8 @@ const RING_CAPACITY: usize = 1024;
 const DRAIN_EVERY: Duration = Duration::from_millis(10);
 /// How often thread timers are reconciled with /proc/self/task and the status file is written.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(1);
+/// Most sampled objects tracked for liveness at once (bounds memory in long runs).
+const MAX_TRACKED: usize = 1_000_000;
 
 /// What the process-wide agent state hands a session.
 #[derive(Clone, Copy)]
@@ -39,15 +43,26 @@ pub struct Context {
     pub env: Env,
     pub threads: &'static ThreadTable,
     pub names: &'static Mutex<HashMap<u32, String>>,
-    pub thread_cpu_time: bool,
+    pub caps: Capabilities,
     pub attached: bool,
 }
+
+/// The JVMTI events of the alloc and lock modes.
+const ALLOC_EVENTS: [Event; 1] = [Event::SampledObjectAlloc];
+const LOCK_EVENTS: [Event; 4] = [
+    Event::MonitorContendedEnter,
+    Event::MonitorContendedEntered,
+    Event::MonitorWait,
+    Event::MonitorWaited,
+];
 
 /// The engine actually used.
 #[derive(Clone, Copy)]
 enum Walker {
     Asgct(&'static SignalSampler),
     Safepoint,
+    /// No stack sampling (alloc or lock mode alone).
+    None,
 }
 
 /// State shared by the writer thread and the JVMTI thread callbacks.
@@ -59,6 +74,7 @@ struct Shared {
     stop: Mutex<bool>,
     wake: Condvar,
     samples: AtomicU64,
+    recorder: Option<Arc<Recorder>>,
 }
 
 impl Shared {
@@ -102,6 +118,17 @@ impl Session {
     /// Starts sampling. Errors are messages for the user; nothing is left running on error.
     pub fn start(ctx: Context, options: Options) -> Result<Session, String> {
         let walker = choose_walker(&ctx, &options)?;
+        if options.alloc.is_some() && !ctx.caps.sampled_alloc {
+            return Err("allocation sampling needs SampledObjectAlloc (JDK 11+)".into());
+        }
+        if options.alloc.is_some_and(|a| a.live) && !ctx.caps.tag_objects {
+            return Err("live-object tracking needs object tags, which this JVM lacks".into());
+        }
+        if options.lock.is_some() && !ctx.caps.monitor_events {
+            return Err("lock profiling needs monitor events, which this JVM lacks".into());
+        }
+        let recorder = (options.alloc.is_some() || options.lock.is_some())
+            .then(|| Arc::new(Recorder::new(options.alloc, options.lock, options.depth)));
         let shared = Arc::new(Shared {
             options,
             walker,
@@ -110,6 +137,7 @@ impl Session {
             stop: Mutex::new(false),
             wake: Condvar::new(),
             samples: AtomicU64::new(0),
+            recorder,
         });
         let (done_tx, done) = mpsc::channel();
         let (ready_tx, ready) = mpsc::channel();
@@ -130,6 +158,9 @@ impl Session {
             signal::activate(sampler)
                 .map_err(|e| format!("cannot install SIGPROF handler: {e}"))?;
             shared.reconcile_timers();
+        }
+        if let Some(r) = &shared.recorder {
+            enable_event_modes(&ctx.env, r)?;
         }
         Ok(Session {
             shared,
@@ -170,8 +201,37 @@ impl Session {
     }
 }
 
+/// Turns on the JVMTI events of the alloc and lock modes and routes them to `r`.
+fn enable_event_modes(env: &Env, r: &Arc<Recorder>) -> Result<(), String> {
+    events::install(Some(r.clone()));
+    if let Some(a) = r.alloc {
+        env.set_heap_sampling_interval(a.interval_bytes as i32)
+            .map_err(|e| e.to_string())?;
+        env.enable_events(&ALLOC_EVENTS)
+            .map_err(|e| e.to_string())?;
+        if a.live {
+            env.enable_events(&[Event::ObjectFree])
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    if r.lock.is_some() {
+        env.enable_events(&LOCK_EVENTS).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn disable_event_modes(env: &Env) {
+    let _ = env.disable_events(&ALLOC_EVENTS);
+    let _ = env.disable_events(&LOCK_EVENTS);
+    let _ = env.disable_events(&[Event::ObjectFree]);
+    events::install(None);
+}
+
 fn choose_walker(ctx: &Context, options: &Options) -> Result<Walker, String> {
-    let want_asgct = options.mode == Mode::Cpu && options.engine != Engine::Safepoint;
+    let Some(mode) = options.sampling else {
+        return Ok(Walker::None);
+    };
+    let want_asgct = mode == Mode::Cpu && options.engine != Engine::Safepoint;
     if want_asgct && let Some(f) = asgct::lookup() {
         let sampler: &'static SignalSampler = Box::leak(Box::new(SignalSampler {
             ring: Ring::new(RING_CAPACITY, options.depth),
@@ -185,7 +245,7 @@ fn choose_walker(ctx: &Context, options: &Options) -> Result<Walker, String> {
     if options.engine == Engine::Asgct {
         return Err("engine=asgct: this JVM has no AsyncGetCallTrace".into());
     }
-    if options.mode == Mode::Cpu && !ctx.thread_cpu_time {
+    if mode == Mode::Cpu && !ctx.caps.thread_cpu_time {
         return Err("the safepoint CPU engine needs thread CPU time, which this JVM lacks".into());
     }
     Ok(Walker::Safepoint)
@@ -212,7 +272,7 @@ fn writer_main(
     let mut last_housekeeping = Instant::now();
     let mut last_snapshot = Instant::now();
     let tick = match shared.walker {
-        Walker::Asgct(_) => DRAIN_EVERY,
+        Walker::Asgct(_) | Walker::None => DRAIN_EVERY,
         Walker::Safepoint => shared.options.interval,
     };
     let mut next = Instant::now() + tick;
@@ -256,7 +316,12 @@ fn writer_main(
         signal::deactivate(sampler);
     }
     shared.timers.lock().unwrap().clear();
+    if shared.recorder.is_some() {
+        disable_event_modes(&ctx.env);
+    }
     jni.with_local_frame(64, || w.drain_ring(&jni));
+    jni.with_local_frame(64, || w.drain_events(&jni));
+    jni.with_local_frame(64, || w.resolve_live(&jni));
     let result = w.finish(started.elapsed());
     if let Err(e) = &result {
         eprintln!("jvmprof: {e}");
@@ -280,6 +345,9 @@ struct Writer {
     non_java_samples: u64,
     /// The collector connection, with `server=`.
     stream: Option<Stream>,
+    /// Tag → (thread, stack, estimated bytes, estimated objects) of sampled objects tracked for
+    /// liveness (`live`); pruned as ObjectFree events arrive, bounded by MAX_TRACKED.
+    tracked: HashMap<i64, (u32, u32, u64, u64)>,
     /// Java thread id → the order in which snapshots first saw the thread.
     thread_order: HashMap<i64, u64>,
 }
@@ -290,10 +358,11 @@ impl Writer {
         let engine = match shared.walker {
             Walker::Asgct(_) => "asgct",
             Walker::Safepoint => "safepoint",
+            Walker::None => "events",
         };
         let mut meta = Meta {
-            modes: vec![o.mode.as_str().to_string()],
-            metrics: vec![Metric::Samples, Metric::Ns],
+            modes: o.modes().iter().map(|m| m.to_string()).collect(),
+            metrics: metrics_of(o),
             interval_ns: o.interval.as_nanos() as u64,
             engine: engine.to_string(),
             jvm_name: ctx.env.system_property("java.vm.name").unwrap_or_default(),
@@ -323,6 +392,15 @@ impl Writer {
         meta.extra
             .insert("attached".into(), ctx.attached.to_string());
         meta.extra.insert("max_depth".into(), o.depth.to_string());
+        if let Some(a) = o.alloc {
+            let extra = &mut meta.extra;
+            extra.insert("alloc_interval_bytes".into(), a.interval_bytes.to_string());
+            extra.insert("live".into(), a.live.to_string());
+        }
+        if let Some(l) = o.lock {
+            let ns = l.threshold.as_nanos().to_string();
+            meta.extra.insert("lock_threshold_ns".into(), ns);
+        }
         let interval_ns = meta.interval_ns;
         let stream = o.server.as_ref().map(|server| {
             let handshake = Handshake {
@@ -361,6 +439,7 @@ impl Writer {
             non_java_samples: 0,
             stream,
             thread_order: HashMap::new(),
+            tracked: HashMap::new(),
         }
     }
 
@@ -417,7 +496,106 @@ impl Writer {
         match self.shared.walker {
             Walker::Asgct(_) => self.drain_ring(jni),
             Walker::Safepoint => self.take_all_stacks(jni),
+            Walker::None => {}
         }
+        self.drain_events(jni);
+    }
+
+    /// A value vector with `pairs` set and every other metric 0.
+    fn values(&self, pairs: &[(Metric, u64)]) -> Vec<u64> {
+        let metrics = &self.builder.profile().meta.metrics;
+        let mut v = vec![0; metrics.len()];
+        for (m, x) in pairs {
+            if let Some(i) = metrics.iter().position(|k| k == m) {
+                v[i] = *x;
+            }
+        }
+        v
+    }
+
+    /// The root-first stack of a top-first JVMTI stack, with a leaf frame (type or lock class).
+    fn event_stack(&mut self, jni: &Jni, stack: &[(MethodId, i64)], leaf: Frame) -> u32 {
+        let mut ids = Vec::with_capacity(stack.len() + 2);
+        if stack.len() >= self.shared.options.depth {
+            ids.push(
+                self.symbols
+                    .synthetic_frame(&mut self.builder, "[truncated]"),
+            );
+        }
+        for &(method, bci) in stack.iter().rev() {
+            let env = &self.ctx.env;
+            ids.push(
+                self.symbols
+                    .java_frame(env, jni, &mut self.builder, method, bci),
+            );
+        }
+        ids.push(self.builder.frame(leaf));
+        self.builder.stack(&ids)
+    }
+
+    /// Moves recorded allocation and lock events into the profile.
+    fn drain_events(&mut self, jni: &Jni) {
+        let Some(recorder) = self.shared.recorder.clone() else {
+            return;
+        };
+        let (events, freed) = recorder.drain();
+        for tag in freed {
+            self.tracked.remove(&tag);
+        }
+        let interval = recorder.alloc.map_or(0, |a| a.interval_bytes);
+        for e in events {
+            let (thread, _) = self.cpu_thread(e.tid);
+            let (leaf, state, v, tag) = match e.kind {
+                Kind::Alloc { class, size, tag } => {
+                    let name = events::type_name(&class);
+                    let w = events::sample_weight(size, interval);
+                    let (bytes, objects) = ((size as f64 * w).round() as u64, w.round() as u64);
+                    let v = self.values(&[(Metric::Bytes, bytes), (Metric::Objects, objects)]);
+                    let leaf = Frame::synthetic(FrameKind::AllocatedType, &name);
+                    (leaf, ThreadState::Running, v, Some((tag, bytes, objects)))
+                }
+                Kind::Contended { class, ns } => {
+                    let v = self.values(&[(Metric::LockNs, ns), (Metric::LockCount, 1)]);
+                    let leaf = Frame::synthetic(FrameKind::LockClass, &class_name(&class));
+                    (leaf, ThreadState::Blocked, v, None)
+                }
+                Kind::Wait { class, ns } => {
+                    let v = self.values(&[(Metric::WaitNs, ns), (Metric::WaitCount, 1)]);
+                    let leaf = Frame::synthetic(FrameKind::LockClass, &class_name(&class));
+                    (leaf, ThreadState::Waiting, v, None)
+                }
+            };
+            let stack = self.event_stack(jni, &e.stack, leaf);
+            self.builder.add(thread, stack, state, &v);
+            if let Some((tag, bytes, objects)) = tag
+                && tag != 0
+                && self.tracked.len() < MAX_TRACKED
+            {
+                self.tracked.insert(tag, (thread, stack, bytes, objects));
+            }
+        }
+    }
+
+    /// With `live`: after a full GC, credits every sampled object still alive to its site.
+    fn resolve_live(&mut self, jni: &Jni) {
+        if !self.shared.options.alloc.is_some_and(|a| a.live) {
+            return;
+        }
+        self.ctx.env.force_garbage_collection();
+        let tags: Vec<i64> = self.tracked.keys().copied().collect();
+        let mut live = 0u64;
+        for chunk in tags.chunks(10_000) {
+            for tag in self.ctx.env.live_tags(jni, chunk) {
+                if let Some(&(thread, stack, bytes, objects)) = self.tracked.get(&tag) {
+                    let v =
+                        self.values(&[(Metric::LiveBytes, bytes), (Metric::LiveObjects, objects)]);
+                    self.builder.add(thread, stack, ThreadState::Running, &v);
+                    live += 1;
+                }
+            }
+        }
+        let extra = &mut self.builder.meta_mut().extra;
+        extra.insert("live_sampled_objects".into(), live.to_string());
     }
 
     /// Moves every sample the signal handler recorded into the profile.
@@ -427,6 +605,7 @@ impl Writer {
         };
         let depth = sampler.ring.depth();
         let mut stack: Vec<u32> = Vec::with_capacity(depth + 1);
+        let sample_values = self.values(&[(Metric::Samples, 1), (Metric::Ns, self.interval_ns)]);
         let n = sampler.ring.drain(|header, frames: &[CallFrame]| {
             stack.clear();
             let (thread, internal) = self.cpu_thread(header.tid);
@@ -469,12 +648,8 @@ impl Writer {
                 stack.push(self.symbols.synthetic_frame(&mut self.builder, &name));
             }
             let stack_id = self.builder.stack(&stack);
-            self.builder.add(
-                thread,
-                stack_id,
-                ThreadState::Running,
-                &[1, self.interval_ns],
-            );
+            self.builder
+                .add(thread, stack_id, ThreadState::Running, &sample_values);
         });
         self.shared.samples.fetch_add(n as u64, Ordering::Relaxed);
     }
@@ -514,7 +689,7 @@ impl Writer {
                 .or_default() += 1;
             return;
         };
-        let cpu = self.shared.options.mode == Mode::Cpu;
+        let cpu = self.shared.options.sampling == Some(Mode::Cpu);
         let mut taken = 0;
         for ts in &stacks {
             if ts.frames.is_empty() {
@@ -555,8 +730,11 @@ impl Writer {
                 ));
             }
             let stack_id = self.builder.stack(&stack);
-            self.builder
-                .add(thread, stack_id, state, &[count, count * self.interval_ns]);
+            let v = self.values(&[
+                (Metric::Samples, count),
+                (Metric::Ns, count * self.interval_ns),
+            ]);
+            self.builder.add(thread, stack_id, state, &v);
             taken += count;
         }
         self.shared.samples.fetch_add(taken, Ordering::Relaxed);
@@ -592,8 +770,12 @@ impl Writer {
     fn finish(mut self, elapsed: Duration) -> Result<String, String> {
         let dropped = match self.shared.walker {
             Walker::Asgct(s) => s.ring.dropped(),
-            Walker::Safepoint => 0,
-        };
+            Walker::Safepoint | Walker::None => 0,
+        } + self
+            .shared
+            .recorder
+            .as_ref()
+            .map_or(0, |r| r.dropped.load(Ordering::Relaxed));
         let non_java = self.non_java_samples;
         let meta = self.builder.meta_mut();
         meta.duration_ms = elapsed.as_millis() as u64;
@@ -644,6 +826,29 @@ fn internal_thread_kind(comm: &str) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// The metrics a session's samples carry: stack sampling's, then alloc's, then lock's.
+fn metrics_of(o: &Options) -> Vec<Metric> {
+    let mut m = Vec::new();
+    if o.sampling.is_some() {
+        m.extend([Metric::Samples, Metric::Ns]);
+    }
+    if let Some(a) = o.alloc {
+        m.extend([Metric::Bytes, Metric::Objects]);
+        if a.live {
+            m.extend([Metric::LiveBytes, Metric::LiveObjects]);
+        }
+    }
+    if o.lock.is_some() {
+        m.extend([
+            Metric::LockNs,
+            Metric::LockCount,
+            Metric::WaitNs,
+            Metric::WaitCount,
+        ]);
+    }
+    m
 }
 
 fn map_state(state: i32) -> ThreadState {

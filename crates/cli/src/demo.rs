@@ -48,6 +48,9 @@ pub fn run(args: Args) -> Result<i32> {
     eprintln!("jvmprof: profiling the bundled demo for {} s", args.seconds);
     let code = record::run(record::Args {
         mode: "cpu".into(),
+        alloc_interval: "512k".into(),
+        live: false,
+        lock_threshold: "10us".into(),
         server: None,
         interval: "10ms".into(),
         threads: false,

@@ -5,6 +5,7 @@
 
 mod convert;
 mod demo;
+mod dump;
 mod instrument;
 mod record;
 mod report;
@@ -33,6 +34,8 @@ enum Command {
     Convert(convert::Args),
     /// Profile a bundled Java demo and write demo.html.
     Demo(demo::Args),
+    /// Thread dump with locks and deadlocks (or --heap: class histogram) of a running JVM.
+    Dump(dump::Args),
     /// Offline instrumentation of a jar, class directory or class file.
     Instrument(instrument::Args),
     /// Collector for streaming agents, with an HTTP API and web UI.
@@ -46,6 +49,7 @@ fn main() {
         Command::Report(a) => report::run(a),
         Command::Convert(a) => convert::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::Dump(a) => dump::run(a),
         Command::Instrument(a) => instrument::run(a),
         Command::Serve(a) => serve::run(a),
     };

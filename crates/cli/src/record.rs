@@ -16,9 +16,19 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// What to sample: cpu (thread CPU time) or wall (every thread, whatever its state).
+    /// What to profile, comma-separated: cpu (thread CPU time) or wall (every thread, whatever
+    /// its state), alloc (allocation sites), lock (monitor contention and waits).
     #[arg(long, default_value = "cpu")]
     pub mode: String,
+    /// alloc: mean bytes between sampled allocations (e.g. 512k, 1m).
+    #[arg(long, default_value = "512k")]
+    pub alloc_interval: String,
+    /// alloc: also report which sampled objects are still alive at the end (after a full GC).
+    #[arg(long)]
+    pub live: bool,
+    /// lock: ignore contended entries and waits shorter than this.
+    #[arg(long, default_value = "10us")]
+    pub lock_threshold: String,
     /// Sampling interval (e.g. 10ms, 1ms, 500us).
     #[arg(long, default_value = "10ms")]
     pub interval: String,
@@ -72,9 +82,12 @@ pub fn run(args: Args) -> Result<i32> {
     let native = work.path.join("profile.jvmprof");
     let status = work.path.join("status");
     let mut options = format!(
-        "mode={},interval={},depth={},engine={},file={},status={}",
-        args.mode,
+        "mode={},interval={},alloc_interval={},lock_threshold={},live={},depth={},engine={},file={},status={}",
+        args.mode.replace(',', "+"),
         args.interval,
+        args.alloc_interval,
+        args.lock_threshold,
+        args.live,
         args.depth,
         args.engine,
         native.display(),
@@ -105,8 +118,13 @@ pub fn run(args: Args) -> Result<i32> {
     };
     jvmprof_profile::write(&profile, format, &export, std::io::BufWriter::new(out))?;
     let failures: u64 = profile.meta.walk_failures.values().sum();
+    let first = profile
+        .meta
+        .metrics
+        .first()
+        .map_or("samples", |m| m.as_str());
     eprintln!(
-        "jvmprof: {} samples ({} failed walks, {} dropped) written to {}",
+        "jvmprof: {} {first} ({} failed walks, {} dropped) written to {}",
         profile.samples.iter().map(|s| s.values[0]).sum::<u64>(),
         failures,
         profile.meta.dropped_samples,

@@ -48,11 +48,27 @@ impl MethodId {
 
 /// A JNI local reference to a `java.lang.Thread`, valid in the current local frame only.
 #[derive(Clone, Copy, Debug)]
-pub struct JThread(jni::jthread);
+pub struct JThread(pub(crate) jni::jthread);
+
+impl JThread {
+    pub fn is_null(&self) -> bool {
+        self.0.is_null()
+    }
+}
 
 /// A JNI local reference to a `java.lang.Class`, valid in the current local frame only.
 #[derive(Clone, Copy, Debug)]
-pub struct JClass(jni::jclass);
+pub struct JClass(pub(crate) jni::jclass);
+
+/// A JNI local reference to any object, valid in the current local frame only.
+#[derive(Clone, Copy, Debug)]
+pub struct JObject(pub(crate) jni::jobject);
+
+impl JObject {
+    pub fn is_null(&self) -> bool {
+        self.0.is_null()
+    }
+}
 
 /// Events the agent enables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +79,12 @@ pub enum Event {
     ThreadEnd,
     ClassLoad,
     ClassPrepare,
+    SampledObjectAlloc,
+    ObjectFree,
+    MonitorContendedEnter,
+    MonitorContendedEntered,
+    MonitorWait,
+    MonitorWaited,
 }
 
 impl Event {
@@ -74,6 +96,12 @@ impl Event {
             Event::ThreadEnd => jvmti::JVMTI_EVENT_THREAD_END,
             Event::ClassLoad => jvmti::JVMTI_EVENT_CLASS_LOAD,
             Event::ClassPrepare => jvmti::JVMTI_EVENT_CLASS_PREPARE,
+            Event::SampledObjectAlloc => jvmti::JVMTI_EVENT_SAMPLED_OBJECT_ALLOC,
+            Event::ObjectFree => jvmti::JVMTI_EVENT_OBJECT_FREE,
+            Event::MonitorContendedEnter => jvmti::JVMTI_EVENT_MONITOR_CONTENDED_ENTER,
+            Event::MonitorContendedEntered => jvmti::JVMTI_EVENT_MONITOR_CONTENDED_ENTERED,
+            Event::MonitorWait => jvmti::JVMTI_EVENT_MONITOR_WAIT,
+            Event::MonitorWaited => jvmti::JVMTI_EVENT_MONITOR_WAITED,
         }
     }
 }
@@ -225,6 +253,12 @@ pub struct Capabilities {
     pub line_numbers: bool,
     pub source_file_name: bool,
     pub thread_cpu_time: bool,
+    /// SampledObjectAlloc (allocation profiling).
+    pub sampled_alloc: bool,
+    /// Object tags and ObjectFree (live-object tracking, heap histogram).
+    pub tag_objects: bool,
+    /// Monitor contention and wait events (lock profiling).
+    pub monitor_events: bool,
 }
 
 /// A JVMTI environment.
@@ -242,7 +276,7 @@ impl Env {
         Env(context.jvmti().raw())
     }
 
-    fn jvmti(&self) -> Jvmti {
+    pub(crate) fn jvmti(&self) -> Jvmti {
         // SAFETY: self.0 is a live jvmtiEnv obtained from the VM (see the Send/Sync impls).
         unsafe { Jvmti::from_raw(self.0) }
     }
@@ -253,15 +287,25 @@ impl Env {
         let potential = jvmti
             .get_potential_capabilities()
             .map_err(jvmti_err("GetPotentialCapabilities"))?;
+        let p = &potential;
         let granted = Capabilities {
-            line_numbers: want.line_numbers && potential.can_get_line_numbers(),
-            source_file_name: want.source_file_name && potential.can_get_source_file_name(),
-            thread_cpu_time: want.thread_cpu_time && potential.can_get_thread_cpu_time(),
+            line_numbers: want.line_numbers && p.can_get_line_numbers(),
+            source_file_name: want.source_file_name && p.can_get_source_file_name(),
+            thread_cpu_time: want.thread_cpu_time && p.can_get_thread_cpu_time(),
+            sampled_alloc: want.sampled_alloc && p.can_generate_sampled_object_alloc_events(),
+            tag_objects: want.tag_objects
+                && p.can_tag_objects()
+                && p.can_generate_object_free_events(),
+            monitor_events: want.monitor_events && p.can_generate_monitor_events(),
         };
         let mut caps = jvmti::jvmtiCapabilities::default();
         caps.set_can_get_line_numbers(granted.line_numbers);
         caps.set_can_get_source_file_name(granted.source_file_name);
         caps.set_can_get_thread_cpu_time(granted.thread_cpu_time);
+        caps.set_can_generate_sampled_object_alloc_events(granted.sampled_alloc);
+        caps.set_can_tag_objects(granted.tag_objects);
+        caps.set_can_generate_object_free_events(granted.tag_objects);
+        caps.set_can_generate_monitor_events(granted.monitor_events);
         jvmti
             .add_capabilities(&caps)
             .map_err(jvmti_err("AddCapabilities"))?;
@@ -363,6 +407,57 @@ impl Env {
             .collect())
     }
 
+    /// The calling thread's stack, top frame first (used inside JVMTI callbacks).
+    pub fn current_stack(&self, max_depth: i32) -> Vec<(MethodId, i64)> {
+        // SAFETY: a null thread means the current thread, which is attached (we are in a callback).
+        unsafe {
+            self.jvmti()
+                .get_stack_trace(std::ptr::null_mut(), 0, max_depth)
+        }
+        .map(|frames| {
+            frames
+                .iter()
+                .map(|f| (MethodId(f.method as usize), f.location))
+                .collect()
+        })
+        .unwrap_or_default()
+    }
+
+    /// A thread's stack, top frame first.
+    pub fn thread_stack(&self, thread: JThread, max_depth: i32) -> Vec<(MethodId, i64)> {
+        // SAFETY: `thread` is a live local reference (JThread contract).
+        unsafe { self.jvmti().get_stack_trace(thread.0, 0, max_depth) }
+            .map(|frames| {
+                frames
+                    .iter()
+                    .map(|f| (MethodId(f.method as usize), f.location))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// A class's signature (`Ljava/lang/String;`, `[B`).
+    pub fn class_signature(&self, class: JClass) -> Option<String> {
+        // SAFETY: `class` is a live local reference (JClass contract).
+        unsafe { self.jvmti().get_class_signature(class.0) }
+            .ok()
+            .map(|(s, _)| s)
+    }
+
+    /// A thread's JVMTI state bits (see [`thread_state`]).
+    pub fn thread_state(&self, thread: JThread) -> i32 {
+        // SAFETY: `thread` is a live local reference (JThread contract).
+        unsafe { self.jvmti().get_thread_state(thread.0) }.unwrap_or(0)
+    }
+
+    /// All live threads, as local references.
+    pub fn all_threads(&self) -> Vec<JThread> {
+        self.jvmti()
+            .get_all_threads()
+            .map(|v| v.into_iter().map(JThread).collect())
+            .unwrap_or_default()
+    }
+
     /// A thread's name (the ThreadInfo's extra local references are released).
     pub fn thread_name(&self, jni: &Jni, thread: JThread) -> Option<String> {
         // SAFETY: `thread` is a live local reference (JThread contract).
@@ -428,7 +523,7 @@ impl Jni {
         self.0.cast()
     }
 
-    fn env(&self) -> JniEnv {
+    pub(crate) fn env(&self) -> JniEnv {
         // SAFETY: self.0 is the calling thread's live JNIEnv (Jni is not Send).
         unsafe { JniEnv::from_raw(self.0) }
     }
@@ -442,7 +537,7 @@ impl Jni {
         result
     }
 
-    fn delete_local_ref(&self, obj: jni::jobject) {
+    pub(crate) fn delete_local_ref(&self, obj: jni::jobject) {
         if !obj.is_null() {
             // SAFETY: obj is a local reference created on this thread and not yet deleted.
             unsafe { self.env().delete_local_ref(obj) };
@@ -478,4 +573,8 @@ pub fn event_thread(thread: jni::jthread) -> JThread {
 
 pub fn event_class(class: jni::jclass) -> JClass {
     JClass(class)
+}
+
+pub fn event_object(object: jni::jobject) -> JObject {
+    JObject(object)
 }

@@ -8,8 +8,12 @@
 
 pub mod asgct;
 pub mod env;
+pub mod heap;
+pub mod management;
 pub mod os;
 
 pub use env::*;
+pub use heap::ClassCount;
 /// The agent trait, callback types and `export_agent!` macro of the bindings crate.
 pub use jvmti_bindings as bindings;
+pub use management::JavaThreadInfo;

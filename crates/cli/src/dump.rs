@@ -1,0 +1,166 @@
+//! `jvmprof dump PID`: a thread dump (states, stacks with lines, held and awaited locks with their
+//! owners, deadlocks) or, with `--heap`, a class histogram, taken by the agent through dynamic
+//! attach. `--format json` prints the agent's JSON as is.
+
+use crate::record::find_agent;
+use anyhow::{Context, Result, bail};
+use jvmprof_cli::attach;
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The JVM's process id.
+    pub pid: u32,
+    /// text (jstack-like) or json.
+    #[arg(long, default_value = "text")]
+    pub format: String,
+    /// A class histogram (instances and bytes per class) instead of a thread dump.
+    #[arg(long)]
+    pub heap: bool,
+    /// The agent library (default: next to this executable).
+    #[arg(long, env = "JVMPROF_AGENT")]
+    pub agent: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> Result<i32> {
+    if args.format != "text" && args.format != "json" {
+        bail!("--format must be text or json, not '{}'", args.format);
+    }
+    let agent = find_agent(args.agent.as_deref())?;
+    let dir = std::env::temp_dir().join(format!("jvmprof-dump-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("dump.json");
+    let command = if args.heap { "heap" } else { "dump" };
+    let result = attach::load_agent(args.pid, &agent, &format!("{command}={}", file.display()))
+        .with_context(|| format!("cannot take a {command} of process {}", args.pid))
+        .and_then(|()| std::fs::read(&file).context("the agent wrote no dump"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let json = result?;
+    if args.format == "json" {
+        println!("{}", String::from_utf8_lossy(&json));
+        return Ok(0);
+    }
+    let value: Value = serde_json::from_slice(&json).context("the agent's dump is not JSON")?;
+    print!(
+        "{}",
+        if args.heap {
+            heap_text(&value)
+        } else {
+            threads_text(&value)
+        }
+    );
+    Ok(0)
+}
+
+fn lock_text(lock: &Value) -> String {
+    format!(
+        "<{}@{}>",
+        lock["class"].as_str().unwrap_or("?"),
+        lock["hash"].as_str().unwrap_or("?")
+    )
+}
+
+/// jstack-like text.
+pub fn threads_text(dump: &Value) -> String {
+    let mut out = String::new();
+    let empty = vec![];
+    for t in dump["threads"].as_array().unwrap_or(&empty) {
+        let _ = writeln!(
+            out,
+            "\"{}\" #{}{} {}",
+            t["name"].as_str().unwrap_or(""),
+            t["id"],
+            if t["daemon"].as_bool() == Some(true) {
+                " daemon"
+            } else {
+                ""
+            },
+            t["state"].as_str().unwrap_or("")
+        );
+        let frames = t["stack"].as_array().unwrap_or(&empty);
+        for (i, f) in frames.iter().enumerate() {
+            let line = f["line"].as_u64().unwrap_or(0);
+            let _ = if line > 0 {
+                writeln!(
+                    out,
+                    "\tat {}(line {line})",
+                    f["frame"].as_str().unwrap_or("")
+                )
+            } else {
+                writeln!(out, "\tat {}", f["frame"].as_str().unwrap_or(""))
+            };
+            if i == 0
+                && let Some(w) = t["waiting_for"].as_object()
+            {
+                let what = match w["kind"].as_str() {
+                    Some("monitor_enter") => "waiting to lock",
+                    Some("object_wait") => "waiting on",
+                    _ => "parking to wait for",
+                };
+                let owner = match w["owner"].as_str() {
+                    Some(o) => format!(" owned by \"{o}\""),
+                    None => String::new(),
+                };
+                let _ = writeln!(out, "\t- {what} {}{owner}", lock_text(&w["lock"]));
+            }
+            for l in f["locked"].as_array().unwrap_or(&empty) {
+                let _ = writeln!(out, "\t- locked {}", lock_text(l));
+            }
+        }
+        let syncs = t["synchronizers"].as_array().unwrap_or(&empty);
+        if !syncs.is_empty() {
+            let _ = writeln!(out, "   Locked ownable synchronizers:");
+            for s in syncs {
+                let _ = writeln!(out, "\t- {}", lock_text(s));
+            }
+        }
+        out.push('\n');
+    }
+    let deadlocks = dump["deadlocks"].as_array().unwrap_or(&empty);
+    if deadlocks.is_empty() {
+        out.push_str("No deadlocks found.\n");
+    }
+    for (n, d) in deadlocks.iter().enumerate() {
+        let _ = writeln!(out, "Deadlock {}:", n + 1);
+        let threads = d["threads"].as_array().unwrap_or(&empty);
+        let locks = d["locks"].as_array().unwrap_or(&empty);
+        for (i, t) in threads.iter().enumerate() {
+            let next = &threads[(i + 1) % threads.len()];
+            let _ = writeln!(
+                out,
+                "  \"{}\" waits for {} held by \"{}\"",
+                t.as_str().unwrap_or(""),
+                locks.get(i).map(lock_text).unwrap_or_default(),
+                next.as_str().unwrap_or("")
+            );
+        }
+    }
+    out
+}
+
+/// HPROF-like heap summary: rank, bytes, share, instances, class.
+pub fn heap_text(classes: &Value) -> String {
+    let empty = vec![];
+    let rows = classes.as_array().unwrap_or(&empty);
+    let total: u64 = rows.iter().filter_map(|c| c["bytes"].as_u64()).sum();
+    let mut out = format!(
+        "{:>5} {:>14} {:>7} {:>12}  class\n",
+        "rank", "bytes", "share", "instances"
+    );
+    for (i, c) in rows.iter().enumerate() {
+        let bytes = c["bytes"].as_u64().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "{:>5} {:>14} {:>6.2}% {:>12}  {}",
+            i + 1,
+            bytes,
+            100.0 * bytes as f64 / total.max(1) as f64,
+            c["instances"].as_u64().unwrap_or(0),
+            c["class"].as_str().unwrap_or("")
+        );
+    }
+    let _ = writeln!(out, "total {total} bytes in {} classes", rows.len());
+    out
+}

@@ -1,0 +1,337 @@
+//! The HPROF bundle, end to end on real JVMs: allocation sites against the JVM's own per-thread
+//! allocation counters, live objects, monitor contention, modes combined in one file, thread dumps
+//! with deadlocks compared with jstack, and the class histogram.
+
+mod common;
+use common::*;
+
+use jvmprof_profile::{Metric, Profile};
+use serde_json::Value;
+use std::collections::{BTreeSet, HashMap};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// `alloc <thread> <bytes>` lines printed by AllocSites.
+fn allocated_by_site(stdout: &[u8]) -> HashMap<String, f64> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            (it.next()? == "alloc").then_some(())?;
+            Some((it.next()?.to_string(), it.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// One metric summed per thread name.
+fn by_thread(p: &Profile, metric: Metric) -> HashMap<String, f64> {
+    let i = p.metric_index(metric).expect("metric present");
+    let mut m = HashMap::new();
+    for s in &p.samples {
+        *m.entry(p.threads[s.thread as usize].name.clone())
+            .or_default() += s.values[i] as f64;
+    }
+    m
+}
+
+const SITES: [&str; 3] = ["site-big", "site-small", "site-retained"];
+
+fn shares(m: &HashMap<String, f64>) -> Vec<f64> {
+    let total: f64 = SITES
+        .iter()
+        .map(|s| m.get(*s).copied().unwrap_or(0.0))
+        .sum();
+    SITES
+        .iter()
+        .map(|s| m.get(*s).copied().unwrap_or(0.0) / total)
+        .collect()
+}
+
+#[test]
+fn allocation_sites_match_the_jvms_accounting() {
+    let _g = serial();
+    let file = scratch("alloc").join("alloc.jvmprof");
+    let out = record(
+        None,
+        &["--mode", "alloc", "-o", file.to_str().unwrap()],
+        &["AllocSites"],
+    );
+    let p = jvmprof_profile::read_any(&file).unwrap();
+    assert_eq!(p.meta.modes, vec!["alloc"]);
+    let truth = shares(&allocated_by_site(&out.stdout));
+    let got = shares(&by_thread(&p, Metric::Bytes));
+    for (i, site) in SITES.iter().enumerate() {
+        assert!(
+            (truth[i] - got[i]).abs() <= 0.05,
+            "{site}: profile share {:.3} vs JVM {:.3}",
+            got[i],
+            truth[i]
+        );
+    }
+    // The allocated type is the leaf frame.
+    let leaf_of = |thread: &str| -> BTreeSet<String> {
+        p.samples
+            .iter()
+            .filter(|s| p.threads[s.thread as usize].name == thread)
+            .filter_map(|s| p.stack_frames(s.stack).last().map(|f| f.name()))
+            .collect()
+    };
+    assert_eq!(leaf_of("site-big"), BTreeSet::from(["byte[]".to_string()]));
+    assert_eq!(
+        leaf_of("site-small"),
+        BTreeSet::from(["long[]".to_string()])
+    );
+    // The report lists allocation sites with the method that allocated.
+    let report = run_ok(Command::new(jvmprof()).arg("report").arg(&file));
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("AllocSites.bigArrays"), "{text}");
+}
+
+#[test]
+fn live_mode_keeps_only_the_retained_site() {
+    let _g = serial();
+    let file = scratch("live").join("live.jvmprof");
+    record(
+        None,
+        &["--mode", "alloc", "--live", "-o", file.to_str().unwrap()],
+        &["AllocSites"],
+    );
+    let p = jvmprof_profile::read_any(&file).unwrap();
+    let live = by_thread(&p, Metric::LiveBytes);
+    let live_share = shares(&live);
+    assert!(
+        live_share[2] >= 0.95,
+        "retained site holds {:.3} of live bytes: {live:?}",
+        live_share[2]
+    );
+    // 1600 retained arrays of 64 KiB = 100 MiB; the sampled estimate is within 25 %.
+    let retained = live["site-retained"];
+    assert!(
+        (retained / 104_857_600.0 - 1.0).abs() < 0.25,
+        "estimated live bytes {retained}"
+    );
+    // Allocated bytes are still there beside the live ones.
+    assert!(by_thread(&p, Metric::Bytes)["site-big"] > 200e6);
+}
+
+#[test]
+fn lock_contention_sits_in_one_method_on_one_lock_class() {
+    let _g = serial();
+    let file = scratch("lock").join("lock.jvmprof");
+    record(
+        None,
+        &["--mode", "lock", "-o", file.to_str().unwrap()],
+        &["Contention", "2"],
+    );
+    let p = jvmprof_profile::read_any(&file).unwrap();
+    let (ns, waits) = (
+        p.metric_index(Metric::LockNs).unwrap(),
+        p.metric_index(Metric::WaitNs).unwrap(),
+    );
+    let (mut total, mut in_increment, mut wait_on_signal) = (0u64, 0u64, 0u64);
+    for s in &p.samples {
+        let frames: Vec<String> = p.stack_frames(s.stack).map(|f| f.name()).collect();
+        let n = frames.len();
+        total += s.values[ns];
+        if n >= 2 && frames[n - 1] == "Contention$Lock" && frames[n - 2] == "Contention.increment" {
+            in_increment += s.values[ns];
+        }
+        if frames.last().is_some_and(|f| f == "Contention$Signal") {
+            wait_on_signal += s.values[waits];
+            assert_eq!(s.values[ns], 0, "a wait is not contention");
+        }
+    }
+    assert!(
+        total > 100_000_000,
+        "4 threads x 2 s of contention: {total} ns"
+    );
+    assert!(
+        in_increment as f64 >= 0.95 * total as f64,
+        "{in_increment} of {total} ns in Contention.increment on Contention$Lock"
+    );
+    assert!(
+        wait_on_signal > 0,
+        "Object.wait on Contention$Signal recorded as a wait"
+    );
+    // `--value ns` and `--value count` address the contention metrics of a lock profile.
+    let collapsed = scratch("lock").join("lock.collapsed");
+    run_ok(Command::new(jvmprof()).args([
+        "convert",
+        file.to_str().unwrap(),
+        "--value",
+        "count",
+        "-o",
+        collapsed.to_str().unwrap(),
+    ]));
+    let text = std::fs::read_to_string(&collapsed).unwrap();
+    assert!(
+        text.contains("Contention.increment;Contention$Lock "),
+        "{text}"
+    );
+}
+
+#[test]
+fn modes_combine_in_one_native_file() {
+    let _g = serial();
+    let file = scratch("combined").join("all.jvmprof");
+    record(
+        None,
+        &["--mode", "cpu,alloc,lock", "-o", file.to_str().unwrap()],
+        &["AllocSites"],
+    );
+    let p = jvmprof_profile::read_any(&file).unwrap();
+    assert_eq!(p.meta.modes, vec!["cpu", "alloc", "lock"]);
+    for m in [
+        Metric::Samples,
+        Metric::Bytes,
+        Metric::LockNs,
+        Metric::WaitNs,
+    ] {
+        assert!(p.metric_index(m).is_some(), "{m:?} missing");
+    }
+    assert!(p.total(p.metric_index(Metric::Samples).unwrap()) > 0);
+    assert!(p.total(p.metric_index(Metric::Bytes).unwrap()) > 400_000_000);
+    for value in ["samples", "bytes", "objects"] {
+        let out = scratch("combined").join(format!("{value}.collapsed"));
+        run_ok(Command::new(jvmprof()).args([
+            "convert",
+            file.to_str().unwrap(),
+            "--value",
+            value,
+            "-o",
+            out.to_str().unwrap(),
+        ]));
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(!text.is_empty(), "{value}");
+        // Allocation stacks end in a type, cpu stacks in a method: each view keeps its own.
+        let ends_in_type = text.lines().any(|l| l.contains("byte[] "));
+        assert_eq!(ends_in_type, value != "samples", "{value}:\n{text}");
+    }
+}
+
+struct Target(Child);
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_deadlocks() -> Target {
+    let mut child = Command::new("java")
+        .arg("-cp")
+        .arg(classes())
+        .arg("Deadlocks")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    Target(child)
+}
+
+#[test]
+fn dump_finds_exactly_the_deadlocked_threads_like_jstack() {
+    let _g = serial();
+    let target = start_deadlocks();
+    let pid = target.0.id().to_string();
+    let out = run_ok(Command::new(jvmprof()).args(["dump", &pid, "--format", "json"]));
+    let dump: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ours: BTreeSet<BTreeSet<String>> = dump["deadlocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            d["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect();
+    let set = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(
+        ours,
+        BTreeSet::from([
+            set(&["dl-monitor-1", "dl-monitor-2"]),
+            set(&["dl-lock-1", "dl-lock-2"])
+        ])
+    );
+    let thread = |name: &str| {
+        dump["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("{name} missing"))
+            .clone()
+    };
+    let innocent = thread("innocent-waiter");
+    assert_eq!(innocent["state"], "BLOCKED");
+    assert_eq!(innocent["waiting_for"]["kind"], "monitor_enter");
+    assert_eq!(innocent["waiting_for"]["owner"], "sleeper-holder");
+    let lock = thread("dl-lock-1");
+    assert_eq!(lock["waiting_for"]["kind"], "parked");
+    assert_eq!(lock["waiting_for"]["owner"], "dl-lock-2");
+    assert!(
+        lock["synchronizers"][0]["class"]
+            .as_str()
+            .unwrap()
+            .contains("ReentrantLock")
+    );
+    let holder = thread("sleeper-holder");
+    let locked_somewhere = holder["stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| !f["locked"].as_array().unwrap().is_empty());
+    assert!(locked_somewhere, "the sleeper's held monitor is listed");
+
+    // jstack names the same threads in its deadlock report.
+    let jstack = run_ok(Command::new(jdk_tool(None, "jstack")).arg(&pid));
+    let text = String::from_utf8_lossy(&jstack.stdout);
+    let section = &text[text
+        .find("Found one Java-level deadlock")
+        .expect("jstack found none")..];
+    let theirs: BTreeSet<String> = section
+        .lines()
+        .filter(|l| l.starts_with('"') && l.ends_with("\":"))
+        .map(|l| l.trim_matches(|c| c == '"' || c == ':').to_string())
+        .collect();
+    let ours_flat: BTreeSet<String> = ours.iter().flatten().cloned().collect();
+    assert_eq!(ours_flat, theirs);
+    assert!(text.contains("Found 2 deadlocks."));
+
+    // The text form names the deadlocks too.
+    let txt = run_ok(Command::new(jvmprof()).args(["dump", &pid]));
+    let txt = String::from_utf8_lossy(&txt.stdout);
+    assert!(
+        txt.contains("Deadlock 2:") && !txt.contains("Deadlock 3:"),
+        "{txt}"
+    );
+    assert!(txt.contains("waiting to lock <java.lang.Object@"));
+}
+
+#[test]
+fn heap_histogram_counts_instances_exactly() {
+    let _g = serial();
+    let target = start_deadlocks();
+    let pid = target.0.id().to_string();
+    let out = run_ok(Command::new(jvmprof()).args(["dump", &pid, "--heap", "--format", "json"]));
+    let classes: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = classes.as_array().unwrap();
+    let marker = rows
+        .iter()
+        .find(|c| c["class"] == "Deadlocks$Marker")
+        .expect("Deadlocks$Marker listed");
+    assert_eq!(marker["instances"], 1000);
+    let bytes = marker["bytes"].as_u64().unwrap();
+    assert_eq!(bytes % 1000, 0, "every Marker has the same size");
+    assert!((24_000..=40_000).contains(&bytes), "{bytes}");
+    let sizes: Vec<u64> = rows.iter().map(|c| c["bytes"].as_u64().unwrap()).collect();
+    assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "sorted by bytes");
+    let text = run_ok(Command::new(jvmprof()).args(["dump", &pid, "--heap"]));
+    assert!(String::from_utf8_lossy(&text.stdout).contains("Deadlocks$Marker"));
+}
