@@ -14,7 +14,10 @@ use std::sync::Mutex;
 #[derive(Debug)]
 pub enum Trace {
     /// Samples gained since the previous batch, as a small profile.
-    Samples { time_unix_ms: u64, profile: Profile },
+    Samples {
+        time_unix_ms: u64,
+        profile: Box<Profile>,
+    },
     /// The stacks of all threads.
     Snapshot(Snapshot),
 }
@@ -76,7 +79,7 @@ impl Analysis for Profiles {
             Trace::Samples {
                 time_unix_ms,
                 profile,
-            } => self.store.put_batch(vm, *time_unix_ms, profile.clone()),
+            } => self.store.put_batch(vm, *time_unix_ms, (**profile).clone()),
             Trace::Snapshot(s) => self.store.put_snapshot(vm, s.clone()),
         }
     }

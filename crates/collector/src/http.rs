@@ -155,10 +155,10 @@ async fn profile(
         Some(f) => ("application/octet-stream", f.extension()),
     };
     let mut resp = ([(header::CONTENT_TYPE, ctype.to_string())], bytes).into_response();
-    if q.download.is_some() {
-        if let Ok(v) = format!("attachment; filename=\"vm-{id}.{ext}\"").parse() {
-            resp.headers_mut().insert(header::CONTENT_DISPOSITION, v);
-        }
+    if q.download.is_some()
+        && let Ok(v) = format!("attachment; filename=\"vm-{id}.{ext}\"").parse()
+    {
+        resp.headers_mut().insert(header::CONTENT_DISPOSITION, v);
     }
     resp
 }

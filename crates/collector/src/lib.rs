@@ -315,7 +315,7 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
                 ) => {
                     let trace = Trace::Samples {
                         time_unix_ms,
-                        profile,
+                        profile: Box::new(profile),
                     };
                     for a in &hub.analyses {
                         a.add_trace(id, &trace);

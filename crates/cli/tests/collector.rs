@@ -1,0 +1,504 @@
+//! End-to-end tests of streaming (`server=`, `record --server`) and `jvmprof serve` with real JVMs
+//! running `tests/fixtures/Service.java`: several JVMs on one collector, an agent that exits or
+//! is killed, a collector that is killed and restarted on the same data, an agent that starts
+//! before the collector, garbage on the port, the token, and the web UI in headless Chromium.
+//!
+//! The API contract checked here is the one in crates/collector/src/http.rs. Nothing waits for a
+//! fixed time: every wait polls for a condition with a generous deadline.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const DEADLINE: Duration = Duration::from_secs(90);
+
+fn jvmprof() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_jvmprof"));
+    assert!(
+        bin.with_file_name("libjvmprof_agent.so").is_file(),
+        "the agent library is missing next to {}: run `cargo build --release` before the tests",
+        bin.display()
+    );
+    bin
+}
+
+fn agent() -> PathBuf {
+    jvmprof().with_file_name("libjvmprof_agent.so")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir()
+        .join(format!("jvmprof-collector-tests-{}", std::process::id()))
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn classes() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/Service.java");
+        let out = scratch("classes");
+        let status = Command::new("javac")
+            .args(["--release", "11", "-d"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("javac must be installed (apt-get install openjdk-17-jdk-headless)");
+        assert!(status.success(), "javac failed on Service.java");
+        out
+    })
+}
+
+/// Polls `f` until it returns `Some`, panicking with `what` after [`DEADLINE`].
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A child process killed when dropped, with its stderr collected.
+struct Proc {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Proc {
+    fn spawn(cmd: &mut Command) -> Proc {
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let pipe = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Proc { child, stderr }
+    }
+
+    fn pid(&self) -> u64 {
+        self.child.id() as u64
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// SIGKILL: a crash, as far as the peer can tell.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn wait_success(&mut self) {
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status}; stderr:\n{}", self.stderr());
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+struct Collector {
+    proc: Proc,
+    addr: String,
+}
+
+fn collector(data: &Path, listen: &str, token: Option<&str>) -> Collector {
+    let mut cmd = Command::new(jvmprof());
+    cmd.arg("serve")
+        .arg("--listen")
+        .arg(listen)
+        .arg("--data")
+        .arg(data);
+    if let Some(t) = token {
+        cmd.arg("--token").arg(t);
+    }
+    let proc = Proc::spawn(&mut cmd);
+    let addr = wait_for("the collector to listen", || {
+        let err = proc.stderr();
+        let rest = err.split("listening on ").nth(1)?;
+        Some(rest.split_whitespace().next()?.to_string())
+    });
+    Collector { proc, addr }
+}
+
+/// `java -agentpath:...=OPTIONS -cp classes Service SECONDS`.
+fn jvm(options: &str, seconds: u32) -> Proc {
+    Proc::spawn(
+        Command::new("java")
+            .arg(format!("-agentpath:{}={options}", agent().display()))
+            .arg("-cp")
+            .arg(classes())
+            .arg("Service")
+            .arg(seconds.to_string()),
+    )
+}
+
+/// GET over plain HTTP/1.0: (status, body).
+fn get(addr: &str, path: &str) -> Option<(u16, Vec<u8>)> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).ok()?;
+    let split = resp.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&resp[..split]).to_string();
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, resp[split + 4..].to_vec()))
+}
+
+fn get_ok(addr: &str, path: &str) -> Vec<u8> {
+    let (status, body) = get(addr, path).unwrap_or_else(|| panic!("GET {path} failed"));
+    assert_eq!(
+        status,
+        200,
+        "GET {path}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    body
+}
+
+fn json(addr: &str, path: &str) -> Value {
+    serde_json::from_slice(&get_ok(addr, path)).unwrap()
+}
+
+fn vms(addr: &str) -> Vec<Value> {
+    json(addr, "/api/vms").as_array().unwrap().clone()
+}
+
+fn vm_by_pid(addr: &str, pid: u64) -> Option<Value> {
+    get(addr, "/api/vms")
+        .and_then(|(_, b)| serde_json::from_slice::<Vec<Value>>(&b).ok())?
+        .into_iter()
+        .find(|v| v["pid"].as_u64() == Some(pid))
+}
+
+fn collapsed(addr: &str, id: u64) -> String {
+    String::from_utf8(get_ok(
+        addr,
+        &format!("/api/vms/{id}/profile?format=collapsed"),
+    ))
+    .unwrap()
+}
+
+fn total(collapsed: &str) -> u64 {
+    collapsed
+        .lines()
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Waits until the VM of `pid` is listed as connected and its latest snapshot shows the main
+/// thread inside `Service.work` (top of stack first); returns the VM id.
+fn wait_connected_in_work(addr: &str, pid: u64) -> u64 {
+    wait_for(
+        &format!("VM of pid {pid} to show main in Service.work"),
+        || {
+            let vm = vm_by_pid(addr, pid)?;
+            if vm["connected"] != Value::Bool(true) {
+                return None;
+            }
+            let id = vm["id"].as_u64()?;
+            let threads = json(addr, &format!("/api/vms/{id}/threads"));
+            let main = threads
+                .as_array()?
+                .iter()
+                .find(|t| t["name"] == "main")?
+                .clone();
+            (main["frames"][0] == "Service.work" && main["group"] == "main").then_some(id)
+        },
+    )
+}
+
+fn wait_disconnected(addr: &str, pid: u64) -> u64 {
+    wait_for(&format!("VM of pid {pid} to be disconnected"), || {
+        let vm = vm_by_pid(addr, pid)?;
+        (vm["connected"] == Value::Bool(false)).then(|| vm["id"].as_u64().unwrap())
+    })
+}
+
+#[test]
+fn three_jvms_crash_exit_and_collector_restart() {
+    let _g = serial();
+    let dir = scratch("three");
+    let data = dir.join("data");
+    let c1 = collector(&data, "127.0.0.1:0", None);
+    let addr = c1.addr.clone();
+    let opts = format!("server={addr},refresh=200ms");
+
+    // Garbage before and while agents stream: HTTP noise, and a "JVMP" stream with a bad frame.
+    let mut noise = TcpStream::connect(&addr).unwrap();
+    noise.write_all(b"\x00\x01\x02garbage\r\n\r\n").unwrap();
+    let mut bad = TcpStream::connect(&addr).unwrap();
+    bad.write_all(b"JVMP\x05\x00\x00\x00\xff\xff\xff\xff\xff")
+        .unwrap();
+
+    // One JVM through `record --server` (it also writes the file the collector must match), two
+    // long-running ones with the agent directly.
+    let short_out = dir.join("short.collapsed");
+    let mut short = Proc::spawn(
+        Command::new(jvmprof())
+            .args(["record", "--server", &addr, "-o"])
+            .arg(&short_out)
+            .arg("--")
+            .arg("java")
+            .arg("-cp")
+            .arg(classes())
+            .args(["Service", "6"]),
+    );
+    let mut crashing = jvm(&opts, 120);
+    let surviving = jvm(
+        &format!("{opts},file={}", dir.join("s.collapsed").display()),
+        120,
+    );
+
+    let crash_id = wait_connected_in_work(&addr, crashing.pid());
+    let surv_id = wait_connected_in_work(&addr, surviving.pid());
+    assert_ne!(crash_id, surv_id);
+    // The record child's pid is jvmprof's; its JVM is the other VM in the list.
+    let short_id = wait_for("the third VM", || {
+        let list = vms(&addr);
+        (list.len() == 3).then_some(())?;
+        list.iter()
+            .map(|v| v["id"].as_u64().unwrap())
+            .find(|id| *id != crash_id && *id != surv_id)
+    });
+    for v in vms(&addr) {
+        for key in ["pid", "connected_at", "last_seen"] {
+            assert!(v[key].as_u64().unwrap() > 0, "{key} in {v}");
+        }
+        assert!(v["command"].as_str().unwrap().contains("Service"), "{v}");
+        assert!(v["jvm"].as_str().unwrap().contains("VM"), "{v}");
+        assert!(v["os"].as_str().unwrap().contains("Linux"), "{v}");
+        assert!(!v["host"].as_str().unwrap().is_empty(), "{v}");
+    }
+
+    // The bad agent stream was closed with a reason; the HTTP noise got an HTTP error.
+    let mut buf = Vec::new();
+    let _ = bad.read_to_end(&mut buf);
+    let log = c1.proc.stderr();
+    assert!(
+        log.contains("closed: message 1 (5 bytes): undecodable payload"),
+        "collector log:\n{log}"
+    );
+    let mut reply = Vec::new();
+    let _ = noise.read_to_end(&mut reply);
+    assert!(
+        reply.starts_with(b"HTTP/1.1 400"),
+        "{:?}",
+        String::from_utf8_lossy(&reply)
+    );
+
+    // The short JVM exits: disconnected, and the collector has exactly what the agent recorded.
+    short.wait_success();
+    assert_eq!(wait_disconnected(&addr, vm_pid(&addr, short_id)), short_id);
+    let file = std::fs::read_to_string(&short_out).unwrap();
+    assert!(file.contains("Service.main;Service.work "), "{file}");
+    assert_eq!(
+        collapsed(&addr, short_id),
+        file,
+        "collector vs the agent's own file"
+    );
+    check_formats(&addr, short_id);
+    let dot = wait_for("the call graph file", || {
+        std::fs::read_to_string(data.join(format!("callgraphs/vm-{short_id}.dot"))).ok()
+    });
+    assert!(dot.contains("Service.work"), "{dot}");
+
+    // An agent crash (SIGKILL): disconnected, its data kept.
+    crashing.kill();
+    wait_disconnected(&addr, crashing.pid());
+    let crashed = collapsed(&addr, crash_id);
+    assert!(crashed.contains("Service.main;Service.work "), "{crashed}");
+    let before_restart = total(&collapsed(&addr, surv_id));
+
+    // The collector crashes and restarts on the same data and port.
+    drop(c1);
+    let c2 = collector(&data, &addr, None);
+    assert_eq!(c2.addr, addr);
+    assert_eq!(collapsed(&addr, short_id), file, "after restart");
+    assert_eq!(collapsed(&addr, crash_id), crashed, "after restart");
+    let list = vms(&addr);
+    assert_eq!(list.len(), 3, "{list:?}");
+    assert!(
+        list.iter()
+            .filter(|v| v["id"] != surv_id)
+            .all(|v| v["connected"] == false)
+    );
+    // The surviving agent reconnects as the same VM and goes on streaming.
+    assert_eq!(wait_connected_in_work(&addr, surviving.pid()), surv_id);
+    wait_for("new samples after the reconnect", || {
+        (total(&collapsed(&addr, surv_id)) > before_restart).then_some(())
+    });
+    assert!(
+        surviving
+            .stderr()
+            .contains("lost the connection to the collector"),
+        "{}",
+        surviving.stderr()
+    );
+    assert_eq!(vms(&addr).len(), 3);
+}
+
+/// The pid of VM `id`.
+fn vm_pid(addr: &str, id: u64) -> u64 {
+    vms(addr).into_iter().find(|v| v["id"] == id).unwrap()["pid"]
+        .as_u64()
+        .unwrap()
+}
+
+fn check_formats(addr: &str, id: u64) {
+    let p = |f: &str| get_ok(addr, &format!("/api/vms/{id}/profile?format={f}"));
+    assert_eq!(&p("pprof")[..2], &[0x1f, 0x8b], "pprof is gzip");
+    let html = String::from_utf8(p("html")).unwrap();
+    assert!(html.contains("Service.work"), "html");
+    let ss: Value = serde_json::from_slice(&p("speedscope")).unwrap();
+    assert!(
+        ss["shared"]["frames"].to_string().contains("Service.work"),
+        "{ss}"
+    );
+    let dot = String::from_utf8(p("dot")).unwrap();
+    assert!(dot.starts_with("digraph"), "{dot}");
+    assert!(dot.contains("Service.work"), "{dot}");
+    // A time range before anything was received is empty; a bad format names the problem.
+    assert_eq!(
+        String::from_utf8(get_ok(
+            addr,
+            &format!("/api/vms/{id}/profile?format=collapsed&from=0&to=1")
+        ))
+        .unwrap(),
+        ""
+    );
+    let (status, body) = get(addr, &format!("/api/vms/{id}/profile?format=svg")).unwrap();
+    assert_eq!(status, 400);
+    assert!(String::from_utf8_lossy(&body).contains("unknown format"));
+    assert_eq!(get(addr, "/api/vms/999/threads").unwrap().0, 404);
+}
+
+#[test]
+fn agent_before_collector_token_and_web_ui() {
+    let _g = serial();
+    let dir = scratch("early");
+    // A free port, nobody listening yet.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let mut early = jvm(&format!("server={addr},token=s3cret,refresh=200ms"), 120);
+    wait_for("the agent to say the collector is unreachable", || {
+        early
+            .stderr()
+            .contains(&format!("cannot reach the collector at {addr}"))
+            .then_some(())
+    });
+    // The collector appears (with a token): the waiting agent connects.
+    let c = collector(&dir.join("data"), &addr, Some("s3cret"));
+    let id = wait_connected_in_work(&addr, early.pid());
+    assert_eq!(
+        early.stderr().matches("jvmprof:").count(),
+        1,
+        "one stderr line for the outage:\n{}",
+        early.stderr()
+    );
+
+    // A wrong token is refused, said once on the JVM's stderr, and the VM is not listed.
+    let mut wrong = jvm(&format!("server={addr},token=nope"), 1);
+    wrong.wait_success();
+    assert!(
+        wrong.stderr().contains(&format!(
+            "the collector at {addr} refused this agent: wrong token"
+        )),
+        "{}",
+        wrong.stderr()
+    );
+    assert!(vm_by_pid(&addr, wrong.pid()).is_none());
+    assert!(c.proc.stderr().contains("rejected: wrong token"));
+
+    check_web_ui(&dir, &addr, id);
+    early.kill();
+}
+
+/// The page in headless Chromium: after its script has loaded data, the DOM holds the VM (its
+/// pid), the main thread and its top frame. Skipped, saying so, when Chromium is not installed.
+fn check_web_ui(dir: &Path, addr: &str, id: u64) {
+    let Some(chromium) = ["chromium", "chromium-browser"].into_iter().find(|c| {
+        Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        eprintln!("SKIPPED the web UI check: chromium is not installed (apt-get install chromium)");
+        return;
+    };
+    let pid = vm_pid(addr, id);
+    let url = format!("http://{addr}/?vm={id}&thread=main");
+    let run = |extra: &[&str]| {
+        let profile = dir.join(format!("chromium-{}", extra.len()));
+        Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--virtual-time-budget=5000",
+                "--window-size=1400,1000",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .args(extra)
+            .arg(&url)
+            .output()
+            .unwrap()
+    };
+    let dom = wait_for(
+        "the web UI to show the VM, its main thread and stack",
+        || {
+            let out = run(&["--dump-dom"]);
+            let dom = String::from_utf8_lossy(&out.stdout).to_string();
+            let ok = dom.contains("data-loaded=\"1\"")
+                && dom.contains(&format!("<td>{pid}</td>"))
+                && dom.contains("<td>main</td>")
+                && dom.contains("Stack of \"main\"")
+                && dom.contains("<li>Service.work");
+            ok.then_some(dom)
+        },
+    );
+    assert!(dom.contains("class=\"badge connected\""), "{dom}");
+    assert!(
+        dom.contains(&format!("/api/vms/{id}/profile?format=html")),
+        "flame graph iframe"
+    );
+    let shot = dir.join("ui.png");
+    run(&[&format!("--screenshot={}", shot.display())]);
+    eprintln!("web UI screenshot: {}", shot.display());
+}
