@@ -35,6 +35,8 @@ const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often an idle connection looks for acknowledgements and for the collector going away.
+const ACK_POLL: Duration = Duration::from_millis(200);
 /// How long `finish` waits for what is left to reach the collector.
 const FINISH_WAIT: Duration = Duration::from_secs(5);
 
@@ -82,13 +84,7 @@ impl Item {
     /// A rough size in memory, for the queue bound.
     fn cost(&self) -> usize {
         match self {
-            Item::Samples(b) => {
-                64 + b
-                    .samples
-                    .iter()
-                    .map(|s| 40 + 8 * s.values.len())
-                    .sum::<usize>()
-            }
+            Item::Samples(b) => batch_cost(b),
             Item::Snapshot(s) => {
                 64 + s
                     .threads
@@ -98,6 +94,14 @@ impl Item {
             }
         }
     }
+}
+
+fn batch_cost(b: &SampleBatch) -> usize {
+    64 + b
+        .samples
+        .iter()
+        .map(|s| 40 + 8 * s.values.len())
+        .sum::<usize>()
 }
 
 /// What was dropped since the agent started (reported to the collector as totals).
@@ -111,16 +115,18 @@ pub struct Dropped {
 impl Dropped {
     fn count(&mut self, item: &Item) {
         match item {
-            Item::Samples(b) => {
-                self.sample_batches += 1;
-                self.samples += b
-                    .samples
-                    .iter()
-                    .map(|s| s.values.first().copied().unwrap_or(0))
-                    .sum::<u64>();
-            }
+            Item::Samples(b) => self.count_batch(b),
             Item::Snapshot(_) => self.snapshots += 1,
         }
+    }
+
+    fn count_batch(&mut self, b: &SampleBatch) {
+        self.sample_batches += 1;
+        self.samples += b
+            .samples
+            .iter()
+            .map(|s| s.values.first().copied().unwrap_or(0))
+            .sum::<u64>();
     }
 }
 
@@ -129,7 +135,13 @@ impl Dropped {
 struct Outbox {
     tables: Tables,
     queue: VecDeque<Item>,
+    /// Sample batches written but not yet acknowledged as stored, oldest first: re-sent after a
+    /// reconnect (the collector ignores the ones it has).
+    unacked: VecDeque<SampleBatch>,
+    /// Estimated bytes of `queue` and `unacked` together.
     queued_bytes: usize,
+    /// The seq of the newest sample batch.
+    last_seq: u64,
     dropped: Dropped,
     /// `finish` was called: send what is left, then Bye.
     closing: bool,
@@ -143,11 +155,35 @@ impl Outbox {
     fn push(&mut self, item: Item) {
         self.queued_bytes += item.cost();
         self.queue.push_back(item);
-        while self.queued_bytes > MAX_QUEUED_BYTES && self.queue.len() > 1 {
-            if let Some(old) = self.queue.pop_front() {
+        while self.queued_bytes > MAX_QUEUED_BYTES {
+            if let Some(old) = self.unacked.pop_front() {
+                self.queued_bytes -= batch_cost(&old);
+                self.dropped.count_batch(&old);
+            } else if self.queue.len() > 1
+                && let Some(old) = self.queue.pop_front()
+            {
                 self.queued_bytes -= old.cost();
                 self.dropped.count(&old);
+            } else {
+                break;
             }
+        }
+    }
+
+    /// The collector has stored every batch up to `seq`.
+    fn ack(&mut self, seq: u64) {
+        while self.unacked.front().is_some_and(|b| b.seq <= seq) {
+            if let Some(b) = self.unacked.pop_front() {
+                self.queued_bytes -= batch_cost(&b);
+            }
+        }
+    }
+
+    /// A new connection: what the collector does not have goes out again first.
+    fn resend_unacked(&mut self, last_seq: u64) {
+        self.ack(last_seq);
+        while let Some(b) = self.unacked.pop_back() {
+            self.queue.push_front(Item::Samples(b));
         }
     }
 }
@@ -300,7 +336,10 @@ impl Stream {
         o.tables.stacks.extend(new_stacks);
         o.tables.threads.extend(new_threads);
         if !deltas.is_empty() && !o.done {
+            o.last_seq += 1;
+            let seq = o.last_seq;
             o.push(Item::Samples(SampleBatch {
+                seq,
                 time_unix_ms: now_ms(),
                 samples: deltas,
             }));
@@ -495,28 +534,44 @@ impl Connection {
         if let Err(e) = sock.write_all(&out) {
             return Outcome::Lost(e.to_string());
         }
+        let mut replies = Vec::new();
         match read_reply(&mut sock) {
-            Ok(Reply::Welcome { .. }) => {}
+            Ok(Reply::Welcome { last_seq, .. }) => self.shared.lock().resend_unacked(last_seq),
             Ok(Reply::Reject { reason }) => return Outcome::Rejected(reason),
+            Ok(Reply::Ack { .. }) => return Outcome::Lost("an Ack before Welcome".into()),
             Err(e) => return Outcome::Lost(e),
         }
         let mut dropped_sent = Dropped::default();
         loop {
+            // Acknowledgements, and whether the collector went away, before writing more: a
+            // write to a closed socket can succeed locally and lose the data without an error.
+            match poll_acks(&mut sock, &mut replies) {
+                Ok(Some(seq)) => self.shared.lock().ack(seq),
+                Ok(None) => {}
+                Err(e) => return Outcome::Lost(e),
+            }
             out.clear();
             let mut items = Vec::new();
             let finished;
             {
                 let mut o = self.shared.lock();
-                while o.queue.is_empty() && !o.closing {
-                    o = self.shared.wake.wait(o).unwrap_or_else(|e| e.into_inner());
+                if o.queue.is_empty() && !o.closing {
+                    o = self
+                        .shared
+                        .wake
+                        .wait_timeout(o, ACK_POLL)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
                 }
                 while items.len() < 64
                     && let Some(item) = o.queue.pop_front()
                 {
-                    o.queued_bytes -= item.cost();
                     match &item {
                         Item::Samples(b) => enc.samples(&o.tables, b, &mut out),
-                        Item::Snapshot(s) => enc.snapshot(&o.tables, s, &mut out),
+                        Item::Snapshot(s) => {
+                            o.queued_bytes -= item.cost();
+                            enc.snapshot(&o.tables, s, &mut out)
+                        }
                     }
                     items.push(item);
                 }
@@ -536,25 +591,75 @@ impl Connection {
                     enc.message(&Message::Bye, &mut out);
                 }
             }
-            if let Err(e) = sock.write_all(&out) {
-                // What was in flight may or may not have arrived: count it as dropped.
+            if out.is_empty() {
+                continue;
+            }
+            let written = sock.write_all(&out);
+            {
+                // Written batches wait for their Ack (and go out again after a reconnect if it
+                // never comes; the collector drops duplicates by seq). Snapshots are not kept.
                 let mut o = self.shared.lock();
-                for item in &items {
-                    o.dropped.count(item);
+                for item in items {
+                    match item {
+                        Item::Samples(b) => o.unacked.push_back(b),
+                        Item::Snapshot(_) if written.is_err() => o.dropped.snapshots += 1,
+                        Item::Snapshot(_) => o.sent_items += 1,
+                    }
                 }
+            }
+            if let Err(e) = written {
                 return Outcome::Lost(e.to_string());
             }
-            self.shared.lock().sent_items += items.len() as u64;
             if finished {
-                // Wait (bounded by the read timeout) for the collector to close its side, so
-                // that the JVM does not exit before the collector has read everything.
+                // The collector closes its side once everything is stored: wait for that
+                // (bounded by the read timeout) so the JVM does not exit before.
                 let _ = sock.shutdown(std::net::Shutdown::Write);
                 let mut sink = [0u8; 256];
-                while matches!(sock.read(&mut sink), Ok(n) if n > 0) {}
+                while let Ok(n) = sock.read(&mut sink) {
+                    if n == 0 {
+                        break;
+                    }
+                    replies.extend_from_slice(&sink[..n]);
+                }
+                if let Some(seq) = parse_acks(&mut replies) {
+                    self.shared.lock().ack(seq);
+                }
                 return Outcome::Finished;
             }
         }
     }
+}
+
+/// Reads what the collector sent without blocking: the newest Ack, or an error if it closed.
+fn poll_acks(sock: &mut TcpStream, replies: &mut Vec<u8>) -> Result<Option<u64>, String> {
+    sock.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 1024];
+    let result = loop {
+        match sock.read(&mut buf) {
+            Ok(0) => break Err("the collector closed the connection".to_string()),
+            Ok(n) => replies.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => break Err(e.to_string()),
+        }
+    };
+    let _ = sock.set_nonblocking(false);
+    result?;
+    Ok(parse_acks(replies))
+}
+
+/// Takes the complete replies off `replies`; the newest Ack's seq.
+fn parse_acks(replies: &mut Vec<u8>) -> Option<u64> {
+    let mut newest = None;
+    let mut used = 0;
+    while let Ok(Some((payload, n))) = jvmprof_proto::wire::take_frame(&replies[used..]) {
+        if let Ok(Reply::Ack { seq }) = jvmprof_proto::wire::decode_payload(payload) {
+            newest = newest.max(Some(seq));
+        }
+        used += n;
+    }
+    replies.drain(..used);
+    newest
 }
 
 fn read_reply(sock: &mut TcpStream) -> Result<Reply, String> {
@@ -605,7 +710,13 @@ mod tests {
                 while let Some(e) = d.next_event().unwrap() {
                     if matches!(e, Event::Hello(_)) {
                         let mut out = Vec::new();
-                        jvmprof_proto::wire::put_frame(&Reply::Welcome { vm_id: 1 }, &mut out);
+                        jvmprof_proto::wire::put_frame(
+                            &Reply::Welcome {
+                                vm_id: 1,
+                                last_seq: 0,
+                            },
+                            &mut out,
+                        );
                         s.write_all(&out).unwrap();
                     }
                     let bye = e == Event::Bye;
@@ -686,6 +797,52 @@ mod tests {
         assert_eq!(snap.time_unix_ms, 5);
         assert_eq!(snap.threads[0].frames[0].line, 3);
         assert_eq!(events.last(), Some(&Event::Bye));
+    }
+
+    fn batch(seq: u64) -> SampleBatch {
+        SampleBatch {
+            seq,
+            time_unix_ms: seq,
+            samples: vec![SampleDelta {
+                thread: 0,
+                stack: 0,
+                state: ThreadState::Running,
+                values: vec![seq, 10 * seq],
+            }],
+        }
+    }
+
+    #[test]
+    fn unacknowledged_batches_go_out_again_after_a_reconnect() {
+        let mut o = Outbox::default();
+        for seq in 1..=4 {
+            o.push(Item::Samples(batch(seq)));
+        }
+        // Batches 1..3 were written on a connection that then broke; 2 was acknowledged.
+        for _ in 0..3 {
+            let Some(Item::Samples(b)) = o.queue.pop_front() else {
+                panic!()
+            };
+            o.unacked.push_back(b);
+        }
+        o.ack(2);
+        // The new collector says it has everything up to 2 as well: 3 and 4 go out, in order.
+        o.resend_unacked(2);
+        let seqs: Vec<u64> = o
+            .queue
+            .iter()
+            .map(|i| match i {
+                Item::Samples(b) => b.seq,
+                Item::Snapshot(_) => 0,
+            })
+            .collect();
+        assert_eq!(seqs, vec![3, 4]);
+        assert!(o.unacked.is_empty());
+        assert_eq!(
+            o.queued_bytes,
+            batch_cost(&batch(3)) + batch_cost(&batch(4))
+        );
+        assert_eq!(o.dropped, Dropped::default());
     }
 
     #[test]

@@ -274,7 +274,7 @@ fn three_jvms_crash_exit_and_collector_restart() {
             .args(["Service", "6"]),
     );
     let mut crashing = jvm(&opts, 120);
-    let surviving = jvm(
+    let mut surviving = jvm(
         &format!("{opts},file={}", dir.join("s.collapsed").display()),
         120,
     );
@@ -364,6 +364,25 @@ fn three_jvms_crash_exit_and_collector_restart() {
         "{}",
         surviving.stderr()
     );
+    // It ends normally (SIGTERM runs the JVM's shutdown, so the agent writes its file): the
+    // collector has exactly what the agent recorded, across the collector's crash. Batches the
+    // dead collector had not stored were re-sent; the ones it had were not counted twice.
+    let status = Command::new("kill")
+        .args(["-TERM", &surviving.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let _ = surviving.child.wait();
+    wait_disconnected(&addr, surviving.pid());
+    let file = std::fs::read_to_string(dir.join("s.collapsed")).unwrap();
+    assert!(file.contains("Service.main;Service.work "), "{file}");
+    assert_eq!(
+        collapsed(&addr, surv_id),
+        file,
+        "collector vs the surviving agent's file"
+    );
+    let v = vm_by_pid(&addr, surviving.pid()).unwrap();
+    assert_eq!(v["dropped_samples"], 0, "{v}");
     assert_eq!(vms(&addr).len(), 3);
 }
 

@@ -15,6 +15,8 @@ use std::sync::Mutex;
 pub enum Trace {
     /// Samples gained since the previous batch, as a small profile.
     Samples {
+        /// The agent's batch number (1, 2, ...), unique per VM.
+        seq: u64,
         time_unix_ms: u64,
         profile: Box<Profile>,
     },
@@ -77,9 +79,12 @@ impl Analysis for Profiles {
     fn add_trace(&self, vm: u64, trace: &Trace) {
         match trace {
             Trace::Samples {
+                seq,
                 time_unix_ms,
                 profile,
-            } => self.store.put_batch(vm, *time_unix_ms, (**profile).clone()),
+            } => self
+                .store
+                .put_batch(vm, *seq, *time_unix_ms, (**profile).clone()),
             Trace::Snapshot(s) => self.store.put_snapshot(vm, s.clone()),
         }
     }

@@ -6,6 +6,7 @@
 //! - `GET /api/vms/{id}/profile?format=collapsed|pprof|html|speedscope|dot|jvmprof&from=&to=`:
 //!   the VM's samples received in `[from, to]` (Unix ms; default everything) merged into one
 //!   profile, written by jvmprof_profile's exporters; `download=1` makes it an attachment.
+//! - `GET /api/stats`: ingest counters since start (connections, bytes, snapshots, samples, ...).
 
 use crate::Hub;
 use axum::Router;
@@ -48,6 +49,7 @@ pub fn router(hub: Arc<Hub>) -> Router {
     Router::new()
         .route("/", get(|| async { Html(INDEX) }))
         .route("/api/vms", get(vms))
+        .route("/api/stats", get(stats))
         .route("/api/vms/{id}/threads", get(threads))
         .route("/api/vms/{id}/profile", get(profile))
         .with_state(hub)
@@ -55,6 +57,10 @@ pub fn router(hub: Arc<Hub>) -> Router {
 
 fn error(status: StatusCode, msg: String) -> Response {
     (status, Json(serde_json::json!({ "error": msg }))).into_response()
+}
+
+async fn stats(State(hub): State<Arc<Hub>>) -> Response {
+    Json(serde_json::to_value(&hub.stats).unwrap_or_default()).into_response()
 }
 
 async fn vms(State(hub): State<Arc<Hub>>) -> Response {

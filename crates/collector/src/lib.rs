@@ -19,6 +19,7 @@ use jvmprof_proto::{Decoder, Event, MAGIC, Reply};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use store::{Store, VmRecord};
@@ -48,6 +49,9 @@ struct VmState {
     record: VmRecord,
     /// Open connections (a reconnect may arrive before the old one is seen closing).
     connections: u32,
+    /// The newest sample batch received (stored or queued for storing); older seqs are
+    /// duplicates an agent re-sent after a reconnect.
+    received_seq: u64,
 }
 
 /// Every VM ever seen, connected or not.
@@ -65,15 +69,16 @@ pub struct VmView {
 }
 
 impl Registry {
-    fn load(records: Vec<VmRecord>) -> Registry {
+    fn load(records: Vec<VmRecord>, store: &Store) -> Registry {
         let vms = records
             .into_iter()
             .map(|r| {
                 (
                     r.id,
                     VmState {
-                        record: r,
                         connections: 0,
+                        received_seq: store.committed(r.id),
+                        record: r,
                     },
                 )
             })
@@ -83,8 +88,9 @@ impl Registry {
         }
     }
 
-    /// The VM this hello names (same host, pid and agent start time), or a new one.
-    fn connect(&self, h: &jvmprof_proto::Hello) -> VmRecord {
+    /// The VM this hello names (same host, pid and agent start time), or a new one, and the
+    /// newest batch seq received from it.
+    fn connect(&self, h: &jvmprof_proto::Hello) -> (VmRecord, u64) {
         let mut vms = self.vms.lock().unwrap();
         let now = now_ms();
         let existing = vms.values_mut().find(|v| {
@@ -109,13 +115,26 @@ impl Registry {
                         ..VmRecord::default()
                     },
                     connections: 0,
+                    received_seq: 0,
                 })
             }
         };
         state.connections += 1;
         state.record.connected_at = now;
         state.record.last_seen = now;
-        state.record.clone()
+        (state.record.clone(), state.received_seq)
+    }
+
+    /// Records batch `seq` as received; false if it was received before (a re-send).
+    fn receive(&self, id: u64, seq: u64) -> bool {
+        let mut vms = self.vms.lock().unwrap();
+        match vms.get_mut(&id) {
+            Some(v) if seq > v.received_seq => {
+                v.received_seq = seq;
+                true
+            }
+            _ => false,
+        }
     }
 
     fn update(&self, id: u64, f: impl FnOnce(&mut VmRecord)) -> Option<VmRecord> {
@@ -155,12 +174,31 @@ pub struct Hub {
     pub vms: Arc<Registry>,
     pub live: Arc<LiveView>,
     pub analyses: Vec<Arc<dyn Analysis>>,
+    pub stats: Stats,
+}
+
+/// Counters since the collector started (`GET /api/stats`).
+#[derive(Default, serde::Serialize)]
+pub struct Stats {
+    pub connections: AtomicU64,
+    pub rejected: AtomicU64,
+    pub protocol_errors: AtomicU64,
+    pub bytes: AtomicU64,
+    pub snapshots: AtomicU64,
+    pub sample_batches: AtomicU64,
+    /// Batches an agent re-sent after a reconnect that were already stored (ignored).
+    pub duplicate_batches: AtomicU64,
+    pub samples: AtomicU64,
+}
+
+fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
 }
 
 impl Hub {
     pub fn open(config: Config) -> anyhow::Result<Hub> {
         let store = Store::open(&config.data)?;
-        let vms = Arc::new(Registry::load(store.vms()?));
+        let vms = Arc::new(Registry::load(store.vms()?, &store));
         let live = Arc::new(LiveView::load(&store)?);
         let analyses: Vec<Arc<dyn Analysis>> = vec![
             live.clone(),
@@ -179,6 +217,7 @@ impl Hub {
             vms,
             live,
             analyses,
+            stats: Stats::default(),
         })
     }
 }
@@ -262,6 +301,7 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
     let mut dec = Decoder::new();
     let mut buf = vec![0u8; 64 << 10];
     let mut vm: Option<u64> = None;
+    let mut acked = 0;
     let problem: Option<String> = 'conn: loop {
         let n = match tokio::time::timeout(IDLE_TIMEOUT, sock.read(&mut buf)).await {
             Err(_) => break Some(format!("silent for {} s", IDLE_TIMEOUT.as_secs())),
@@ -269,12 +309,16 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
             Ok(Ok(0)) => break dec.finish().err().map(|e| e.to_string()),
             Ok(Ok(n)) => n,
         };
+        bump(&hub.stats.bytes, n as u64);
         dec.push(&buf[..n]);
         loop {
             let event = match dec.next_event() {
                 Ok(Some(e)) => e,
                 Ok(None) => break,
-                Err(e) => break 'conn Some(e.to_string()),
+                Err(e) => {
+                    bump(&hub.stats.protocol_errors, 1);
+                    break 'conn Some(e.to_string());
+                }
             };
             match (event, vm) {
                 (Event::Hello(h), _) => {
@@ -284,6 +328,7 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
                         } else {
                             "wrong token"
                         };
+                        bump(&hub.stats.rejected, 1);
                         reply(
                             &mut sock,
                             &Reply::Reject {
@@ -293,7 +338,9 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
                         .await;
                         break 'conn Some(format!("rejected: {reason}"));
                     }
-                    let record = hub.vms.connect(&h);
+                    bump(&hub.stats.connections, 1);
+                    let (record, last_seq) = hub.vms.connect(&h);
+                    acked = last_seq;
                     vm = Some(record.id);
                     eprintln!(
                         "jvmprof serve: VM {} (pid {} on {}) connected from {peer}",
@@ -302,18 +349,30 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
                     for a in &hub.analyses {
                         a.add_connection(&record);
                     }
-                    if !reply(&mut sock, &Reply::Welcome { vm_id: record.id }).await {
+                    let welcome = Reply::Welcome {
+                        vm_id: record.id,
+                        last_seq,
+                    };
+                    if !reply(&mut sock, &welcome).await {
                         break 'conn Some("cannot answer the handshake".into());
                     }
                 }
                 (
                     Event::Samples {
+                        seq,
                         time_unix_ms,
                         profile,
                     },
                     Some(id),
                 ) => {
+                    if !hub.vms.receive(id, seq) {
+                        bump(&hub.stats.duplicate_batches, 1);
+                        continue;
+                    }
+                    bump(&hub.stats.sample_batches, 1);
+                    bump(&hub.stats.samples, profile.total(0));
                     let trace = Trace::Samples {
+                        seq,
                         time_unix_ms,
                         profile: Box::new(profile),
                     };
@@ -325,6 +384,7 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
                     }
                 }
                 (Event::Snapshot(s), Some(id)) => {
+                    bump(&hub.stats.snapshots, 1);
                     hub.vms.update(id, |r| r.last_seen = now_ms());
                     let trace = Trace::Snapshot(s);
                     for a in &hub.analyses {
@@ -352,10 +412,18 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
                 (_, None) => break 'conn Some("data before the handshake".into()),
             }
         }
+        if let Some(id) = vm
+            && !send_ack(&hub, &mut sock, id, &mut acked).await
+        {
+            break Some("cannot send acknowledgements".into());
+        }
     };
     // Everything received is durable before the agent sees the close (it waits for it after
     // Bye) and before the VM is shown as disconnected.
     hub.store.barrier().await;
+    if let Some(id) = vm {
+        send_ack(&hub, &mut sock, id, &mut acked).await;
+    }
     let _ = sock.shutdown().await;
     let who = match vm {
         Some(id) => format!("VM {id} ({peer})"),
@@ -375,6 +443,16 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
             a.remove_connection(id);
         }
     }
+}
+
+/// Acknowledges the batches stored since the last Ack; false if the agent cannot be written to.
+async fn send_ack(hub: &Hub, sock: &mut TcpStream, vm: u64, acked: &mut u64) -> bool {
+    let seq = hub.store.committed(vm);
+    if seq <= *acked {
+        return true;
+    }
+    *acked = seq;
+    reply(sock, &Reply::Ack { seq }).await
 }
 
 async fn reply(sock: &mut TcpStream, r: &Reply) -> bool {

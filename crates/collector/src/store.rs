@@ -7,14 +7,17 @@ use jvmprof_profile::{Meta, Profile, ProfileBuilder};
 use jvmprof_proto::Snapshot;
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 
 const VMS: TableDefinition<u64, &[u8]> = TableDefinition::new("vms");
 /// (vm, sequence) → a received sample batch.
 const BATCHES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("batches");
 const SNAPSHOTS: TableDefinition<u64, &[u8]> = TableDefinition::new("snapshots");
+/// vm → seq of the newest stored batch (committed with the batch, so a re-sent batch is known).
+const SEQS: TableDefinition<u64, u64> = TableDefinition::new("seqs");
 
 /// A VM as stored (and as the API shows it, with `connected` from the live registry).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +51,7 @@ enum Write {
     Vm(VmRecord),
     Batch {
         vm: u64,
+        seq: u64,
         time_unix_ms: u64,
         profile: Profile,
     },
@@ -62,6 +66,8 @@ enum Write {
 pub struct Store {
     db: Arc<Database>,
     tx: mpsc::Sender<Write>,
+    /// vm → seq of the newest batch known to be committed.
+    committed: Arc<Mutex<HashMap<u64, u64>>>,
 }
 
 fn encode<T: Serialize>(v: &T) -> Vec<u8> {
@@ -79,6 +85,7 @@ impl Store {
         w.open_table(VMS)?;
         w.open_table(BATCHES)?;
         w.open_table(SNAPSHOTS)?;
+        w.open_table(SEQS)?;
         w.commit()?;
         let db = Arc::new(db);
         let mut seq = {
@@ -90,8 +97,19 @@ impl Store {
             }
             max
         };
+        let committed = Arc::new(Mutex::new(HashMap::new()));
+        {
+            let r = db.begin_read()?;
+            let t = r.open_table(SEQS)?;
+            let mut c = committed.lock().unwrap();
+            for e in t.iter()? {
+                let (k, v) = e?;
+                c.insert(k.value(), v.value());
+            }
+        }
         let (tx, rx) = mpsc::channel::<Write>();
         let wdb = db.clone();
+        let wcommitted = committed.clone();
         std::thread::Builder::new()
             .name("store writer".into())
             .spawn(move || {
@@ -102,21 +120,32 @@ impl Store {
                     {
                         writes.push(w);
                     }
-                    if let Err(e) = commit(&wdb, &mut seq, writes) {
+                    if let Err(e) = commit(&wdb, &mut seq, &wcommitted, writes) {
                         eprintln!("jvmprof serve: storage write failed: {e}");
                     }
                 }
             })?;
-        Ok(Store { db, tx })
+        Ok(Store { db, tx, committed })
+    }
+
+    /// The seq of the newest committed batch of `vm` (0: none).
+    pub fn committed(&self, vm: u64) -> u64 {
+        self.committed
+            .lock()
+            .unwrap()
+            .get(&vm)
+            .copied()
+            .unwrap_or(0)
     }
 
     pub fn put_vm(&self, vm: VmRecord) {
         let _ = self.tx.send(Write::Vm(vm));
     }
 
-    pub fn put_batch(&self, vm: u64, time_unix_ms: u64, profile: Profile) {
+    pub fn put_batch(&self, vm: u64, seq: u64, time_unix_ms: u64, profile: Profile) {
         let _ = self.tx.send(Write::Batch {
             vm,
+            seq,
             time_unix_ms,
             profile,
         });
@@ -231,13 +260,20 @@ pub fn merge(b: &mut ProfileBuilder, p: &Profile) {
     }
 }
 
-fn commit(db: &Database, seq: &mut u64, writes: Vec<Write>) -> anyhow::Result<()> {
+fn commit(
+    db: &Database,
+    seq: &mut u64,
+    committed: &Mutex<HashMap<u64, u64>>,
+    writes: Vec<Write>,
+) -> anyhow::Result<()> {
     let mut barriers = Vec::new();
+    let mut newest: HashMap<u64, u64> = HashMap::new();
     let w = db.begin_write()?;
     {
         let mut vms = w.open_table(VMS)?;
         let mut batches = w.open_table(BATCHES)?;
         let mut snapshots = w.open_table(SNAPSHOTS)?;
+        let mut seqs = w.open_table(SEQS)?;
         for write in writes {
             match write {
                 Write::Vm(vm) => {
@@ -245,9 +281,12 @@ fn commit(db: &Database, seq: &mut u64, writes: Vec<Write>) -> anyhow::Result<()
                 }
                 Write::Batch {
                     vm,
+                    seq: batch_seq,
                     time_unix_ms,
                     profile,
                 } => {
+                    seqs.insert(vm, batch_seq)?;
+                    newest.insert(vm, batch_seq);
                     let bytes = encode(&Batch {
                         time_unix_ms,
                         profile,
@@ -263,6 +302,7 @@ fn commit(db: &Database, seq: &mut u64, writes: Vec<Write>) -> anyhow::Result<()
         }
     }
     w.commit()?;
+    committed.lock().unwrap().extend(newest);
     for b in barriers {
         let _ = b.send(());
     }

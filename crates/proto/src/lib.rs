@@ -58,6 +58,8 @@ pub struct SampleDelta {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SampleBatch {
+    /// 1, 2, 3, ... for the life of the agent.
+    pub seq: u64,
     pub time_unix_ms: u64,
     pub samples: Vec<SampleDelta>,
 }
@@ -179,6 +181,7 @@ impl Encoder {
             .collect();
         put_frame(
             &Message::Samples {
+                seq: batch.seq,
                 time_unix_ms: batch.time_unix_ms,
                 samples,
             },
@@ -223,6 +226,7 @@ pub enum Event {
     Hello(Hello),
     /// Sample deltas as a small profile holding only what the batch refers to.
     Samples {
+        seq: u64,
         time_unix_ms: u64,
         profile: Profile,
     },
@@ -476,9 +480,10 @@ impl Decoder {
                 });
             }
             Message::Samples {
+                seq,
                 time_unix_ms,
                 samples,
-            } => return self.samples(time_unix_ms, samples).map(Some),
+            } => return self.samples(seq, time_unix_ms, samples).map(Some),
             Message::Snapshot {
                 time_unix_ms,
                 threads,
@@ -525,7 +530,12 @@ impl Decoder {
         Ok(None)
     }
 
-    fn samples(&self, time_unix_ms: u64, samples: Vec<WireSample>) -> Result<Event, String> {
+    fn samples(
+        &self,
+        seq: u64,
+        time_unix_ms: u64,
+        samples: Vec<WireSample>,
+    ) -> Result<Event, String> {
         let meta = self
             .meta
             .as_ref()
@@ -597,6 +607,7 @@ impl Decoder {
             b.add(thread, stack, state, &s.values);
         }
         Ok(Event::Samples {
+            seq,
             time_unix_ms,
             profile: b.finish(),
         })

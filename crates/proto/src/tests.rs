@@ -49,6 +49,7 @@ fn connection() -> Vec<u8> {
     e.samples(
         &t,
         &SampleBatch {
+            seq: 7,
             time_unix_ms: 1000,
             samples: vec![
                 SampleDelta {
@@ -116,6 +117,7 @@ fn round_trip_resolves_every_id() {
         assert_eq!(events.len(), 5, "chunk {chunk}");
         assert_eq!(events[0], Event::Hello(hello()));
         let Event::Samples {
+            seq,
             time_unix_ms,
             profile,
         } = &events[1]
@@ -123,6 +125,7 @@ fn round_trip_resolves_every_id() {
             panic!("{:?}", events[1])
         };
         assert_eq!(*time_unix_ms, 1000);
+        assert_eq!(*seq, 7);
         assert_eq!(profile.meta.metrics, vec![Metric::Samples, Metric::Ns]);
         assert_eq!(profile.meta.interval_ns, 10_000_000);
         let collapsed =

@@ -96,7 +96,11 @@ pub enum Message {
         metrics: Vec<String>,
         interval_ns: u64,
     },
+    /// Sample deltas. `seq` numbers batches from 1 for the life of the agent, across connections:
+    /// the collector acknowledges the batches it has stored and ignores one it already has, so
+    /// a batch re-sent after a reconnect is counted once.
     Samples {
+        seq: u64,
         time_unix_ms: u64,
         samples: Vec<WireSample>,
     },
@@ -131,11 +135,22 @@ impl Message {
     }
 }
 
-/// Collector → agent, once, after the Hello.
+/// Collector → agent: `Welcome` or `Reject` answers the Hello; then `Ack`s.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
-    Welcome { vm_id: u64 },
-    Reject { reason: String },
+    /// `last_seq`: the newest sample batch the collector has from this VM; the agent re-sends
+    /// the unacknowledged batches after it.
+    Welcome {
+        vm_id: u64,
+        last_seq: u64,
+    },
+    Reject {
+        reason: String,
+    },
+    /// Every sample batch up to `seq` is stored durably.
+    Ack {
+        seq: u64,
+    },
 }
 
 /// Appends one frame holding `value` to `out`.
