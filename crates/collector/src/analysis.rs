@@ -9,6 +9,7 @@ use jvmprof_proto::Snapshot;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// What a VM sent.
 #[derive(Debug)]
@@ -65,10 +66,25 @@ impl Analysis for LiveView {
     fn remove_connection(&self, _vm: u64) {}
 }
 
-/// Stores every sample batch and the latest snapshot, so the API can aggregate any time range
-/// and everything survives a restart.
+/// Stores every sample batch, and each VM's latest snapshot at most once per
+/// [`SNAPSHOT_EVERY`] and when it disconnects, so the API can aggregate any time range and
+/// everything survives a restart.
 pub struct Profiles {
     pub store: Store,
+    /// vm → when its snapshot was last stored, and the newest one not stored yet.
+    snapshots: Mutex<HashMap<u64, (Instant, Option<Snapshot>)>>,
+}
+
+/// How often a VM's latest snapshot is written to storage while it is connected.
+pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(1);
+
+impl Profiles {
+    pub fn new(store: Store) -> Profiles {
+        Profiles {
+            store,
+            snapshots: Mutex::new(HashMap::new()),
+        }
+    }
 }
 
 impl Analysis for Profiles {
@@ -85,11 +101,27 @@ impl Analysis for Profiles {
             } => self
                 .store
                 .put_batch(vm, *seq, *time_unix_ms, (**profile).clone()),
-            Trace::Snapshot(s) => self.store.put_snapshot(vm, s.clone()),
+            Trace::Snapshot(s) => {
+                let mut snaps = self.snapshots.lock().unwrap();
+                let now = Instant::now();
+                match snaps.get_mut(&vm) {
+                    Some((last, pending)) if now.duration_since(*last) < SNAPSHOT_EVERY => {
+                        *pending = Some(s.clone());
+                    }
+                    _ => {
+                        snaps.insert(vm, (now, None));
+                        self.store.put_snapshot(vm, s.clone());
+                    }
+                }
+            }
         }
     }
 
-    fn remove_connection(&self, _vm: u64) {}
+    fn remove_connection(&self, vm: u64) {
+        if let Some((_, Some(s))) = self.snapshots.lock().unwrap().remove(&vm) {
+            self.store.put_snapshot(vm, s);
+        }
+    }
 }
 
 /// Writes `DIR/callgraphs/vm-ID.dot` (the VM's whole profile) when a VM disconnects.

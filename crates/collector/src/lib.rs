@@ -28,6 +28,8 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// How long a new connection may take to send its first four bytes.
 const SNIFF_TIMEOUT: Duration = Duration::from_secs(10);
+/// Queued storage writes above which connections wait for the store before reading more.
+const MAX_BACKLOG: usize = 512;
 /// An agent connection silent this long is closed (agents send a snapshot every `refresh`).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -202,9 +204,7 @@ impl Hub {
         let live = Arc::new(LiveView::load(&store)?);
         let analyses: Vec<Arc<dyn Analysis>> = vec![
             live.clone(),
-            Arc::new(Profiles {
-                store: store.clone(),
-            }),
+            Arc::new(Profiles::new(store.clone())),
             Arc::new(CallGraphs {
                 store: store.clone(),
                 dir: config.data.join("callgraphs"),
@@ -411,6 +411,10 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
                 // The decoder only yields other events after a Hello.
                 (_, None) => break 'conn Some("data before the handshake".into()),
             }
+        }
+        // Backpressure: while storage lags, stop reading (TCP then slows the agents down).
+        if hub.store.backlog() > MAX_BACKLOG {
+            hub.store.barrier().await;
         }
         if let Some(id) = vm
             && !send_ack(&hub, &mut sock, id, &mut acked).await

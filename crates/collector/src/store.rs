@@ -3,17 +3,24 @@
 //! transaction (group commit, fsync per transaction), so many agents cost few fsyncs; a
 //! [`Store::barrier`] returns once everything queued before it is durable.
 
-use jvmprof_profile::{Meta, Profile, ProfileBuilder};
+use jvmprof_profile::{Frame, Meta, Profile, ProfileBuilder};
 use jvmprof_proto::Snapshot;
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
+/// redb's page cache.
+const CACHE_BYTES: usize = 64 << 20;
+
 const VMS: TableDefinition<u64, &[u8]> = TableDefinition::new("vms");
-/// (vm, sequence) → a received sample batch.
+/// (vm, frame id) → a frame: each VM's frame dictionary, so a batch stores frame ids only.
+const FRAMES: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("frames");
+/// (vm, sequence) → a received sample batch (a profile whose stacks hold dictionary ids and
+/// whose own frame list is empty).
 const BATCHES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("batches");
 const SNAPSHOTS: TableDefinition<u64, &[u8]> = TableDefinition::new("snapshots");
 /// vm → seq of the newest stored batch (committed with the batch, so a re-sent batch is known).
@@ -66,6 +73,8 @@ enum Write {
 pub struct Store {
     db: Arc<Database>,
     tx: mpsc::Sender<Write>,
+    /// Writes queued and not yet committed (connections wait when it grows: see `backlog`).
+    backlog: Arc<AtomicUsize>,
     /// vm → seq of the newest batch known to be committed.
     committed: Arc<Mutex<HashMap<u64, u64>>>,
 }
@@ -79,13 +88,17 @@ impl Store {
     pub fn open(dir: &Path) -> anyhow::Result<Store> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join("collector.redb");
-        let db = Database::create(&path)
+        // redb's default page cache is 1 GiB; the collector needs far less resident.
+        let db = redb::Builder::new()
+            .set_cache_size(CACHE_BYTES)
+            .create(&path)
             .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
         let w = db.begin_write()?;
         w.open_table(VMS)?;
         w.open_table(BATCHES)?;
         w.open_table(SNAPSHOTS)?;
         w.open_table(SEQS)?;
+        w.open_table(FRAMES)?;
         w.commit()?;
         let db = Arc::new(db);
         let mut seq = {
@@ -110,9 +123,12 @@ impl Store {
         let (tx, rx) = mpsc::channel::<Write>();
         let wdb = db.clone();
         let wcommitted = committed.clone();
+        let backlog = Arc::new(AtomicUsize::new(0));
+        let wbacklog = backlog.clone();
         std::thread::Builder::new()
             .name("store writer".into())
             .spawn(move || {
+                let mut dicts: HashMap<u64, HashMap<Frame, u32>> = HashMap::new();
                 while let Ok(first) = rx.recv() {
                     let mut writes = vec![first];
                     while writes.len() < 4096
@@ -120,12 +136,21 @@ impl Store {
                     {
                         writes.push(w);
                     }
-                    if let Err(e) = commit(&wdb, &mut seq, &wcommitted, writes) {
+                    let n = writes.len();
+                    if let Err(e) = commit(&wdb, &mut seq, &mut dicts, &wcommitted, writes) {
                         eprintln!("jvmprof serve: storage write failed: {e}");
+                        // The dictionaries may hold ids of the failed transaction: reload.
+                        dicts.clear();
                     }
+                    wbacklog.fetch_sub(n, Ordering::Relaxed);
                 }
             })?;
-        Ok(Store { db, tx, committed })
+        Ok(Store {
+            db,
+            tx,
+            backlog,
+            committed,
+        })
     }
 
     /// The seq of the newest committed batch of `vm` (0: none).
@@ -138,12 +163,24 @@ impl Store {
             .unwrap_or(0)
     }
 
+    fn send(&self, w: Write) {
+        self.backlog.fetch_add(1, Ordering::Relaxed);
+        if self.tx.send(w).is_err() {
+            self.backlog.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes queued but not yet committed.
+    pub fn backlog(&self) -> usize {
+        self.backlog.load(Ordering::Relaxed)
+    }
+
     pub fn put_vm(&self, vm: VmRecord) {
-        let _ = self.tx.send(Write::Vm(vm));
+        self.send(Write::Vm(vm));
     }
 
     pub fn put_batch(&self, vm: u64, seq: u64, time_unix_ms: u64, profile: Profile) {
-        let _ = self.tx.send(Write::Batch {
+        self.send(Write::Batch {
             vm,
             seq,
             time_unix_ms,
@@ -152,14 +189,17 @@ impl Store {
     }
 
     pub fn put_snapshot(&self, vm: u64, snapshot: Snapshot) {
-        let _ = self.tx.send(Write::Snapshot { vm, snapshot });
+        self.send(Write::Snapshot { vm, snapshot });
     }
 
     /// Resolves once everything queued before it is committed.
     pub async fn barrier(&self) {
         let (tx, rx) = tokio::sync::oneshot::channel();
+        self.backlog.fetch_add(1, Ordering::Relaxed);
         if self.tx.send(Write::Barrier(tx)).is_ok() {
             let _ = rx.await;
+        } else {
+            self.backlog.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -188,6 +228,15 @@ impl Store {
     pub fn profile(&self, vm: &VmRecord, from: u64, to: u64) -> anyhow::Result<Profile> {
         let r = self.db.begin_read()?;
         let t = r.open_table(BATCHES)?;
+        let mut dict: Vec<Frame> = Vec::new();
+        for e in r
+            .open_table(FRAMES)?
+            .range((vm.id, 0)..=(vm.id, u32::MAX))?
+        {
+            dict.push(postcard::from_bytes(e?.1.value())?);
+        }
+        // Dictionary id → the merged profile's frame id, filled as frames are used.
+        let mut ids: Vec<Option<u32>> = vec![None; dict.len()];
         let mut merged: Option<ProfileBuilder> = None;
         let (mut first, mut last) = (u64::MAX, 0);
         for e in t.range((vm.id, 0)..=(vm.id, u64::MAX))? {
@@ -206,7 +255,17 @@ impl Store {
                     ..Meta::default()
                 })
             });
-            merge(b, &batch.profile);
+            let mut p = batch.profile;
+            for stack in &mut p.stacks {
+                for f in stack.iter_mut() {
+                    let i = *f as usize;
+                    let frame = dict.get(i).ok_or_else(|| {
+                        anyhow::anyhow!("stored batch refers to frame {i} of {}", dict.len())
+                    })?;
+                    *f = *ids[i].get_or_insert_with(|| b.frame(frame.clone()));
+                }
+            }
+            merge_stacks(b, &p);
         }
         let mut b = merged.unwrap_or_else(|| {
             ProfileBuilder::new(Meta {
@@ -232,19 +291,12 @@ impl Store {
     }
 }
 
-/// Adds `p`'s samples to `b`, matching metrics by name (missing ones count 0).
-pub fn merge(b: &mut ProfileBuilder, p: &Profile) {
+/// Adds `p`'s samples to `b`, matching metrics by name (missing ones count 0); `p`'s stacks
+/// already hold `b`'s frame ids.
+fn merge_stacks(b: &mut ProfileBuilder, p: &Profile) {
     let metrics = b.profile().meta.metrics.clone();
     let index: Vec<Option<usize>> = metrics.iter().map(|m| p.metric_index(*m)).collect();
-    let frames: Vec<u32> = p.frames.iter().map(|f| b.frame(f.clone())).collect();
-    let stacks: Vec<u32> = p
-        .stacks
-        .iter()
-        .map(|s| {
-            let ids: Vec<u32> = s.iter().map(|f| frames[*f as usize]).collect();
-            b.stack(&ids)
-        })
-        .collect();
+    let stacks: Vec<u32> = p.stacks.iter().map(|s| b.stack(s)).collect();
     let threads: Vec<u32> = p.threads.iter().map(|t| b.thread(t.clone())).collect();
     let mut values = vec![0u64; metrics.len()];
     for s in &p.samples {
@@ -263,6 +315,7 @@ pub fn merge(b: &mut ProfileBuilder, p: &Profile) {
 fn commit(
     db: &Database,
     seq: &mut u64,
+    dicts: &mut HashMap<u64, HashMap<Frame, u32>>,
     committed: &Mutex<HashMap<u64, u64>>,
     writes: Vec<Write>,
 ) -> anyhow::Result<()> {
@@ -274,6 +327,7 @@ fn commit(
         let mut batches = w.open_table(BATCHES)?;
         let mut snapshots = w.open_table(SNAPSHOTS)?;
         let mut seqs = w.open_table(SEQS)?;
+        let mut frames = w.open_table(FRAMES)?;
         for write in writes {
             match write {
                 Write::Vm(vm) => {
@@ -283,10 +337,39 @@ fn commit(
                     vm,
                     seq: batch_seq,
                     time_unix_ms,
-                    profile,
+                    mut profile,
                 } => {
                     seqs.insert(vm, batch_seq)?;
                     newest.insert(vm, batch_seq);
+                    let dict = match dicts.entry(vm) {
+                        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            let mut d = HashMap::new();
+                            for f in frames.range((vm, 0)..=(vm, u32::MAX))? {
+                                let (k, v) = f?;
+                                d.insert(postcard::from_bytes(v.value())?, k.value().1);
+                            }
+                            e.insert(d)
+                        }
+                    };
+                    let mut global = Vec::with_capacity(profile.frames.len());
+                    for f in std::mem::take(&mut profile.frames) {
+                        let next = dict.len() as u32;
+                        let id = match dict.get(&f) {
+                            Some(id) => *id,
+                            None => {
+                                frames.insert((vm, next), encode(&f).as_slice())?;
+                                dict.insert(f, next);
+                                next
+                            }
+                        };
+                        global.push(id);
+                    }
+                    for stack in &mut profile.stacks {
+                        for f in stack.iter_mut() {
+                            *f = global[*f as usize];
+                        }
+                    }
                     let bytes = encode(&Batch {
                         time_unix_ms,
                         profile,

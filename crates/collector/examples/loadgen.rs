@@ -1,0 +1,223 @@
+//! Load generator for `jvmprof serve` (used by bench/collector): AGENTS simulated agents, each on
+//! its own connection and thread, speak the real protocol as fast as the collector takes it for
+//! SECONDS: a thread snapshot (THREADS threads, stacks DEPTH deep from a pool of frames) and a
+//! sample batch (BATCH stacks) in turn, like an agent with 1 s snapshots and 1 s batches.
+//!
+//! Prints one JSON line: what was sent (snapshots, batches, samples, bytes) and the size of one
+//! steady-state snapshot message and one batch message on the wire.
+//!
+//! Usage: loadgen ADDR AGENTS SECONDS [THREADS=30] [DEPTH=24] [BATCH=50]
+
+use jvmprof_profile::{Frame, Metric, Thread, ThreadState};
+use jvmprof_proto::{
+    Encoder, Hello, Reply, SampleBatch, SampleDelta, Snapshot, Tables, ThreadDump, VERSION,
+};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+#[derive(Default, Clone, Copy)]
+struct Sent {
+    snapshots: u64,
+    batches: u64,
+    samples: u64,
+    bytes: u64,
+    snapshot_bytes: u64,
+    batch_bytes: u64,
+}
+
+/// A small deterministic generator (xorshift), so runs are comparable.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+fn tables(threads: usize, depth: usize, stacks: usize) -> Tables {
+    let mut t = Tables {
+        modes: vec!["cpu".into()],
+        metrics: vec![Metric::Samples, Metric::Ns],
+        interval_ns: 10_000_000,
+        ..Tables::default()
+    };
+    for i in 0..400 {
+        t.frames.push(Frame::java(
+            &format!("com.example.service.module{}.Component{}", i % 17, i % 41),
+            &format!("handle{}", i % 23),
+            "(Ljava/lang/Object;)V",
+            (i * 7 % 300) as u32 + 1,
+        ));
+    }
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for _ in 0..stacks {
+        t.stacks
+            .push((0..depth).map(|_| rng.next(400) as u32).collect());
+    }
+    for i in 0..threads {
+        t.threads.push(Thread {
+            tid: 1000 + i as u64,
+            name: format!("worker-{i}"),
+        });
+    }
+    t
+}
+
+fn agent(addr: &str, n: usize, seconds: f64, threads: usize, depth: usize, batch: usize) -> Sent {
+    let mut sent = Sent::default();
+    let Ok(mut sock) = TcpStream::connect(addr) else {
+        eprintln!("loadgen: agent {n}: cannot connect to {addr}");
+        return sent;
+    };
+    let _ = sock.set_nodelay(true);
+    let t = tables(threads, depth, 200);
+    let mut enc = Encoder::new();
+    let mut out = Vec::new();
+    enc.hello(
+        &Hello {
+            version: VERSION,
+            token: None,
+            pid: 100_000 + n as u32,
+            command: format!("java -jar simulated-{n}.jar"),
+            jvm: "loadgen".into(),
+            os: "Linux".into(),
+            host: "loadgen".into(),
+            agent_version: "loadgen".into(),
+            start_unix_ms: 1,
+        },
+        &mut out,
+    );
+    if sock.write_all(&out).is_err() {
+        return sent;
+    }
+    // The reply, then drain the acknowledgements on a thread so the collector never blocks.
+    let mut head = [0u8; 4];
+    if sock.read_exact(&mut head).is_err() {
+        return sent;
+    }
+    let mut body = vec![0u8; u32::from_le_bytes(head) as usize];
+    if sock.read_exact(&mut body).is_err()
+        || !matches!(
+            jvmprof_proto::wire::decode_payload::<Reply>(&body),
+            Ok(Reply::Welcome { .. })
+        )
+    {
+        eprintln!("loadgen: agent {n}: not welcomed");
+        return sent;
+    }
+    let mut reader = sock.try_clone().expect("clone socket");
+    let drain = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while matches!(reader.read(&mut buf), Ok(k) if k > 0) {}
+    });
+    let mut rng = Rng(n as u64 * 7919 + 1);
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let states = [
+        ThreadState::Running,
+        ThreadState::Waiting,
+        ThreadState::TimedWaiting,
+        ThreadState::Parked,
+        ThreadState::Blocked,
+    ];
+    let mut seq = 0;
+    while Instant::now() < end {
+        out.clear();
+        let snap = Snapshot {
+            time_unix_ms: 1_000 + sent.snapshots,
+            threads: (0..threads)
+                .map(|i| ThreadDump {
+                    id: i as i64 + 1,
+                    name: format!("worker-{i}"),
+                    group: "main".into(),
+                    daemon: false,
+                    state: states[rng.next(states.len())],
+                    order: i as u64,
+                    frames: t.stacks[rng.next(t.stacks.len())]
+                        .iter()
+                        .rev()
+                        .copied()
+                        .collect(),
+                })
+                .collect(),
+        };
+        let before = out.len();
+        enc.snapshot(&t, &snap, &mut out);
+        sent.snapshot_bytes = (out.len() - before) as u64;
+        seq += 1;
+        let b = SampleBatch {
+            seq,
+            time_unix_ms: 1_000 + seq,
+            samples: (0..batch)
+                .map(|_| {
+                    let k = 1 + rng.next(20) as u64;
+                    SampleDelta {
+                        thread: rng.next(threads) as u32,
+                        stack: rng.next(t.stacks.len()) as u32,
+                        state: ThreadState::Running,
+                        values: vec![k, k * 10_000_000],
+                    }
+                })
+                .collect(),
+        };
+        let before = out.len();
+        enc.samples(&t, &b, &mut out);
+        sent.batch_bytes = (out.len() - before) as u64;
+        if sock.write_all(&out).is_err() {
+            break;
+        }
+        sent.bytes += out.len() as u64;
+        sent.snapshots += 1;
+        sent.batches += 1;
+        sent.samples += b.samples.iter().map(|s| s.values[0]).sum::<u64>();
+    }
+    out.clear();
+    enc.message(&jvmprof_proto::Message::Bye, &mut out);
+    let _ = sock.write_all(&out);
+    let _ = sock.shutdown(std::net::Shutdown::Write);
+    let _ = drain.join();
+    sent
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 4 {
+        eprintln!("usage: loadgen ADDR AGENTS SECONDS [THREADS=30] [DEPTH=24] [BATCH=50]");
+        std::process::exit(2);
+    }
+    let num = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
+    let addr = args[1].clone();
+    let agents = num(2, 10);
+    let seconds: f64 = args[3].parse().expect("SECONDS");
+    let (threads, depth, batch) = (num(4, 30), num(5, 24), num(6, 50));
+    let started = Instant::now();
+    let handles: Vec<_> = (0..agents)
+        .map(|n| {
+            let addr = addr.clone();
+            std::thread::spawn(move || agent(&addr, n, seconds, threads, depth, batch))
+        })
+        .collect();
+    let mut total = Sent::default();
+    for h in handles {
+        let s = h.join().unwrap_or_default();
+        total.snapshots += s.snapshots;
+        total.batches += s.batches;
+        total.samples += s.samples;
+        total.bytes += s.bytes;
+        total.snapshot_bytes = total.snapshot_bytes.max(s.snapshot_bytes);
+        total.batch_bytes = total.batch_bytes.max(s.batch_bytes);
+    }
+    println!(
+        "{{\"agents\":{agents},\"seconds\":{:.3},\"threads\":{threads},\"depth\":{depth},\"batch\":{batch},\"snapshots\":{},\"batches\":{},\"samples\":{},\"bytes\":{},\"snapshot_bytes\":{},\"batch_bytes\":{}}}",
+        started.elapsed().as_secs_f64(),
+        total.snapshots,
+        total.batches,
+        total.samples,
+        total.bytes,
+        total.snapshot_bytes,
+        total.batch_bytes
+    );
+}
