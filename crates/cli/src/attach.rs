@@ -383,8 +383,10 @@ pub fn load_agent(pid: u32, agent_path: &Path, options: &str) -> Result<()> {
 }
 
 fn check_same_user(pid: u32, status: &ProcStatus) -> Result<()> {
-    // SAFETY: geteuid and getegid have no preconditions and cannot fail.
-    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (euid, egid) = (
+        rustix::process::geteuid().as_raw(),
+        rustix::process::getegid().as_raw(),
+    );
     if status.euid != euid {
         bail!(
             "process {pid} ({}) belongs to uid {}, we run as uid {euid}: run as the target's user, \
@@ -456,14 +458,14 @@ fn is_socket(path: &Path) -> bool {
 }
 
 fn send_sigquit(pid: u32) -> Result<()> {
-    let pid_t = libc::pid_t::try_from(pid).context("pid out of range")?;
-    // SAFETY: kill has no memory-safety preconditions; the target was checked to handle SIGQUIT.
-    let rc = unsafe { libc::kill(pid_t, libc::SIGQUIT) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("cannot send SIGQUIT to process {pid}"));
-    }
-    Ok(())
+    let target = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .context("pid out of range")?;
+    // The target was checked to be a JVM that handles SIGQUIT (a thread dump, not an exit).
+    rustix::process::kill_process(target, rustix::process::Signal::QUIT)
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("cannot send SIGQUIT to process {pid}"))
 }
 
 /// The `.attach_pid<nspid>` file that asks the JVM to start its listener; removed on drop.

@@ -37,7 +37,22 @@ pub fn run(args: Args) -> Result<i32> {
         .with_context(|| format!("cannot take a {command} of process {}", args.pid))
         .and_then(|()| std::fs::read(&file).context("the agent wrote no dump"));
     let _ = std::fs::remove_dir_all(&dir);
-    let json = result?;
+    let json = match result {
+        Ok(j) => j,
+        Err(e) => {
+            // On failure the agent writes {"error": "..."} into the file and still answers OK
+            // (an agent that returned an error would be unloaded with its callbacks live).
+            return Err(e);
+        }
+    };
+    if let Ok(Value::Object(o)) = serde_json::from_slice::<Value>(&json)
+        && let Some(e) = o.get("error").and_then(Value::as_str)
+    {
+        bail!(
+            "the agent in process {} could not take the {command}: {e}",
+            args.pid
+        );
+    }
     if args.format == "json" {
         println!("{}", String::from_utf8_lossy(&json));
         return Ok(0);

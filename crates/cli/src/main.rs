@@ -5,6 +5,7 @@
 
 mod convert;
 mod demo;
+mod diff;
 mod dump;
 mod instrument;
 mod record;
@@ -34,6 +35,8 @@ enum Command {
     Convert(convert::Args),
     /// Profile a bundled Java demo and write demo.html.
     Demo(demo::Args),
+    /// Differential profile of two profiles (text, .html or .collapsed).
+    Diff(diff::Args),
     /// Thread dump with locks and deadlocks (or --heap: class histogram) of a running JVM.
     Dump(dump::Args),
     /// Offline instrumentation of a jar, class directory or class file.
@@ -49,6 +52,7 @@ fn main() {
         Command::Report(a) => report::run(a),
         Command::Convert(a) => convert::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::Diff(a) => diff::run(a),
         Command::Dump(a) => dump::run(a),
         Command::Instrument(a) => instrument::run(a),
         Command::Serve(a) => serve::run(a),

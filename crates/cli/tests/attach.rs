@@ -292,8 +292,7 @@ fn refuses_to_signal_a_non_jvm_that_catches_sigquit() {
 
 #[test]
 fn refuses_a_process_of_another_user() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    let euid = rustix::process::geteuid().as_raw();
     let (pid, mut child, other_uid) = if euid == 0 {
         use std::os::unix::process::CommandExt;
         let child = Command::new("sleep")

@@ -340,3 +340,89 @@ fn works_on_jdk_25_when_installed() {
             .contains("Service.work")
     );
 }
+
+/// A second attach while a session runs is refused with a clear error, and the target keeps
+/// running: once callbacks are registered the agent never returns an error from Agent_OnAttach
+/// (HotSpot would unload it with live callbacks and the JVM would crash).
+#[test]
+fn a_refused_attach_leaves_the_target_running() {
+    let _g = serial();
+    let mut target = Command::new("java")
+        .arg("-cp")
+        .arg(classes())
+        .args(["Service", "8"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(target.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let pid = target.id().to_string();
+    let dir = scratch("refused");
+    let first = Command::new(jvmprof())
+        .args(["record", "--pid", &pid, "--duration", "4s", "-o"])
+        .arg(dir.join("first.collapsed"))
+        .spawn()
+        .unwrap();
+    // Wait until the first session runs (its status file appears), then try a second one.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let second = Command::new(jvmprof())
+        .args(["record", "--pid", &pid, "--duration", "1s", "-o"])
+        .arg(dir.join("second.collapsed"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success());
+    assert!(stderr.contains("already running"), "{stderr}");
+    assert!(first.wait_with_output().unwrap().status.success());
+    assert!(dir.join("first.collapsed").is_file());
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert_eq!(rest, vec!["done"]);
+    assert!(target.wait().unwrap().success());
+}
+
+#[test]
+fn diff_of_two_runs() {
+    let _g = serial();
+    let dir = scratch("diff");
+    let a = dir.join("a.jvmprof");
+    let b = dir.join("b.jvmprof");
+    record(None, &["-o", a.to_str().unwrap()], &["CpuSplit", "2"]);
+    record(None, &["-o", b.to_str().unwrap()], &["CpuSplit", "2"]);
+    let text = run_ok(Command::new(jvmprof()).arg("diff").arg(&a).arg(&b));
+    assert!(String::from_utf8_lossy(&text.stdout).contains("CpuSplit.spinA"));
+    let html = dir.join("d.html");
+    run_ok(
+        Command::new(jvmprof())
+            .arg("diff")
+            .arg(&a)
+            .arg(&b)
+            .arg("-o")
+            .arg(&html),
+    );
+    assert!(
+        std::fs::read_to_string(&html)
+            .unwrap()
+            .contains("CpuSplit.spinB")
+    );
+    let folded = dir.join("d.collapsed");
+    run_ok(
+        Command::new(jvmprof())
+            .arg("diff")
+            .arg(&a)
+            .arg(&b)
+            .arg("-o")
+            .arg(&folded),
+    );
+    // difffolded: "stack BASE NEW"; the totals are the two runs' sample counts.
+    let (mut base, mut new) = (0u64, 0u64);
+    for line in std::fs::read_to_string(&folded).unwrap().lines() {
+        let mut it = line.rsplitn(3, ' ');
+        new += it.next().unwrap().parse::<u64>().unwrap();
+        base += it.next().unwrap().parse::<u64>().unwrap();
+    }
+    let total = |p: &std::path::Path| {
+        let p = jvmprof_profile::read_any(p).unwrap();
+        p.total(0)
+    };
+    assert_eq!((base, new), (total(&a), total(&b)));
+}

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{Metric, Profile};
-use crate::{collapsed, flamegraph, native, pprof, speedscope};
+use crate::{collapsed, dot, flamegraph, native, pprof, speedscope};
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
@@ -21,15 +21,18 @@ pub enum Format {
     Pprof,
     /// `.speedscope.json`: one metric, write only.
     Speedscope,
+    /// `.dot`: Graphviz call graph, one metric, write only.
+    Dot,
 }
 
 impl Format {
-    pub const ALL: [Format; 5] = [
+    pub const ALL: [Format; 6] = [
         Format::Native,
         Format::Collapsed,
         Format::Html,
         Format::Pprof,
         Format::Speedscope,
+        Format::Dot,
     ];
 
     /// The `--format` name.
@@ -40,6 +43,7 @@ impl Format {
             Format::Html => "html",
             Format::Pprof => "pprof",
             Format::Speedscope => "speedscope",
+            Format::Dot => "dot",
         }
     }
 
@@ -51,6 +55,7 @@ impl Format {
             Format::Html => "html",
             Format::Pprof => "pb.gz",
             Format::Speedscope => "speedscope.json",
+            Format::Dot => "dot",
         }
     }
 
@@ -64,9 +69,10 @@ impl Format {
             "html" | "flamegraph" | "flame" => Format::Html,
             "pprof" | "pb.gz" | "pb" => Format::Pprof,
             "speedscope" | "speedscope.json" => Format::Speedscope,
+            "dot" | "graphviz" => Format::Dot,
             _ => {
                 return Err(Error::UnknownFormat(format!(
-                    "{s:?} (known: jvmprof, collapsed, html, pprof, speedscope)"
+                    "{s:?} (known: jvmprof, collapsed, html, pprof, speedscope, dot)"
                 )));
             }
         })
@@ -92,10 +98,12 @@ impl Format {
             Format::Pprof
         } else if name.ends_with(".speedscope.json") {
             Format::Speedscope
+        } else if name.ends_with(".dot") || name.ends_with(".gv") {
+            Format::Dot
         } else {
             return Err(Error::UnknownFormat(
-                "no format for this file name (use .jvmprof, .collapsed, .txt, .html, .pb.gz or \
-                 .speedscope.json, or --format)"
+                "no format for this file name (use .jvmprof, .collapsed, .txt, .html, .pb.gz, \
+                 .speedscope.json or .dot, or --format)"
                     .to_string(),
             )
             .in_file(path));
@@ -175,6 +183,14 @@ pub fn write(
         Format::Collapsed => collapsed::write(profile, options, &mut out)?,
         Format::Pprof => pprof::write(profile, options, &mut out)?,
         Format::Speedscope => speedscope::write(profile, options, &mut out)?,
+        Format::Dot => dot::write(
+            profile,
+            &dot::DotOptions {
+                metric: options.metric,
+                ..dot::DotOptions::default()
+            },
+            &mut out,
+        )?,
         Format::Html => flamegraph::write(profile, options, &mut out)?,
     }
     Ok(())
@@ -241,7 +257,11 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "/tmp/out.json: unknown format: no format for this file name (use .jvmprof, \
-             .collapsed, .txt, .html, .pb.gz or .speedscope.json, or --format)"
+             .collapsed, .txt, .html, .pb.gz, .speedscope.json or .dot, or --format)"
+        );
+        assert_eq!(
+            Format::from_path(Path::new("calls.dot")).unwrap(),
+            Format::Dot
         );
         assert!(Format::from_path(Path::new("out.gz")).is_err());
     }
@@ -258,7 +278,7 @@ mod tests {
         assert_eq!(Format::parse("HTML").unwrap(), Format::Html);
         assert_eq!(
             Format::parse("svg").unwrap_err().to_string(),
-            "unknown format: \"svg\" (known: jvmprof, collapsed, html, pprof, speedscope)"
+            "unknown format: \"svg\" (known: jvmprof, collapsed, html, pprof, speedscope, dot)"
         );
     }
 
