@@ -4,7 +4,7 @@
 //! [`Code::encode`] lays the code out again to a fixed point (switch padding, jump widening) and
 //! re-encodes every frame in its most compact legal form.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::bytes::{Cursor, put_u2, put_u4};
 use crate::class::{ACC_STATIC, ClassFile, read_attributes};
@@ -498,55 +498,97 @@ impl Code {
     /// it, so jumps to that instruction now run `code` first). References that must point at the
     /// instruction itself (`Uninitialized(new)` and type-annotation offsets) are moved to a
     /// fresh label placed right before it.
-    pub fn insert_before(&mut self, pos: usize, mut code: Vec<Insn>) {
-        let mut first_label = pos;
-        while first_label > 0 && matches!(self.insns[first_label - 1], Insn::Label(_)) {
-            first_label -= 1;
-        }
-        let old: Vec<Label> = self.insns[first_label..pos]
-            .iter()
-            .filter_map(|i| {
-                if let Insn::Label(l) = i {
-                    Some(*l)
-                } else {
-                    None
+    pub fn insert_before(&mut self, pos: usize, code: Vec<Insn>) {
+        self.insert_many(vec![(pos, code)]);
+    }
+
+    /// [`Code::insert_before`] for many positions at once (indices into the current `insns`,
+    /// each at most once), in one pass over the code.
+    pub fn insert_many(&mut self, mut inserts: Vec<(usize, Vec<Insn>)>) {
+        inserts.sort_by_key(|x| x.0);
+        let pinned = self.instruction_refs();
+        let mut remap: HashMap<Label, Label> = HashMap::new();
+        let old = std::mem::take(&mut self.insns);
+        let extra: usize = inserts.iter().map(|x| x.1.len() + 1).sum();
+        let mut out = Vec::with_capacity(old.len() + extra);
+        let mut next = inserts.into_iter().peekable();
+        for (i, insn) in old.into_iter().enumerate() {
+            while let Some((_, code)) = next.next_if(|x| x.0 == i) {
+                // Labels directly before this instruction that something pins to it.
+                let mut k = out.len();
+                let mut pinned_here = Vec::new();
+                while k > 0 {
+                    match out[k - 1] {
+                        Insn::Label(l) => {
+                            if pinned.contains(&l) {
+                                pinned_here.push(l);
+                            }
+                            k -= 1;
+                        }
+                        _ => break,
+                    }
                 }
-            })
-            .collect();
-        if !old.is_empty() && self.points_at_instruction(&old) {
-            let fresh = self.new_label();
-            self.retarget_instruction_refs(&old, fresh);
-            code.push(Insn::Label(fresh));
+                out.extend(code);
+                if !pinned_here.is_empty() {
+                    let fresh = self.new_label();
+                    for l in pinned_here {
+                        remap.insert(l, fresh);
+                    }
+                    out.push(Insn::Label(fresh));
+                }
+            }
+            out.push(insn);
         }
-        self.insns.splice(pos..pos, code);
+        // Insertions at the end (index == len).
+        for (_, code) in next {
+            out.extend(code);
+        }
+        self.insns = out;
+        if !remap.is_empty() {
+            self.retarget_instruction_refs(&remap);
+        }
     }
 
-    fn points_at_instruction(&self, ls: &[Label]) -> bool {
-        self.attributes.iter().any(|a| match &a.body {
-            CodeAttrBody::StackMap(fs) => fs.iter().any(|f| {
-                f.locals
-                    .iter()
-                    .chain(&f.stack)
-                    .any(|v| matches!(v, VType::Uninitialized(l) if ls.contains(l)))
-            }),
-            CodeAttrBody::TypeAnnotations(ts) => ts.iter().any(|t| match t.target {
-                TypeTarget::Offset(_, l) | TypeTarget::TypeArgument(_, l, _) => ls.contains(&l),
-                _ => false,
-            }),
-            _ => false,
-        })
+    /// Labels that must stay on their instruction: `Uninitialized(new)` and type-annotation
+    /// offsets.
+    fn instruction_refs(&self) -> HashSet<Label> {
+        let mut set = HashSet::new();
+        for a in &self.attributes {
+            match &a.body {
+                CodeAttrBody::StackMap(fs) => {
+                    for f in fs {
+                        for v in f.locals.iter().chain(&f.stack) {
+                            if let VType::Uninitialized(l) = v {
+                                set.insert(*l);
+                            }
+                        }
+                    }
+                }
+                CodeAttrBody::TypeAnnotations(ts) => {
+                    for t in ts {
+                        if let TypeTarget::Offset(_, l) | TypeTarget::TypeArgument(_, l, _) =
+                            t.target
+                        {
+                            set.insert(l);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        set
     }
 
-    fn retarget_instruction_refs(&mut self, ls: &[Label], fresh: Label) {
+    fn retarget_instruction_refs(&mut self, remap: &HashMap<Label, Label>) {
         for a in &mut self.attributes {
             match &mut a.body {
                 CodeAttrBody::StackMap(fs) => {
                     for f in fs {
                         for v in f.locals.iter_mut().chain(f.stack.iter_mut()) {
                             if let VType::Uninitialized(l) = v
-                                && ls.contains(l)
+                                && let Some(n) = remap.get(l)
                             {
-                                *l = fresh;
+                                *l = *n;
                             }
                         }
                     }
@@ -555,9 +597,9 @@ impl Code {
                     for t in ts {
                         if let TypeTarget::Offset(_, l) | TypeTarget::TypeArgument(_, l, _) =
                             &mut t.target
-                            && ls.contains(l)
+                            && let Some(n) = remap.get(l)
                         {
-                            *l = fresh;
+                            *l = *n;
                         }
                     }
                 }

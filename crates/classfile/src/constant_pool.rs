@@ -1,5 +1,7 @@
 //! The constant pool: every tag through current class-file versions (JVMS 4.4).
 
+use std::collections::HashMap;
+
 use crate::bytes::{Cursor, put_u2, put_u4};
 use crate::error::{RawError, RawResult};
 use crate::mutf8;
@@ -32,15 +34,25 @@ pub enum Constant {
 }
 
 /// The constant pool, indexed as in the class file (index 0 unusable).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ConstantPool {
     entries: Vec<Constant>,
+    /// Entry → first index, built on the first `add_*` (reading never needs it).
+    lookup: Option<HashMap<Constant, u16>>,
 }
+
+impl PartialEq for ConstantPool {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries == other.entries
+    }
+}
+impl Eq for ConstantPool {}
 
 impl Default for ConstantPool {
     fn default() -> Self {
         ConstantPool {
             entries: vec![Constant::Unusable],
+            lookup: None,
         }
     }
 }
@@ -107,7 +119,10 @@ impl ConstantPool {
                 entries.push(Constant::Unusable);
             }
         }
-        let cp = ConstantPool { entries };
+        let cp = ConstantPool {
+            entries,
+            lookup: None,
+        };
         cp.check_references()
             .map_err(|w| RawError::new(c.offset(), w))?;
         Ok(cp)
@@ -238,8 +253,18 @@ impl ConstantPool {
     }
 
     fn find_or_push(&mut self, c: Constant) -> RawResult<u16> {
-        if let Some(i) = self.entries.iter().position(|e| *e == c) {
-            return Ok(i as u16);
+        let entries = &self.entries;
+        let lookup = self.lookup.get_or_insert_with(|| {
+            let mut m = HashMap::with_capacity(entries.len());
+            for (i, e) in entries.iter().enumerate().skip(1) {
+                if *e != Constant::Unusable {
+                    m.entry(e.clone()).or_insert(i as u16);
+                }
+            }
+            m
+        });
+        if let Some(i) = lookup.get(&c) {
+            return Ok(*i);
         }
         let wide = matches!(c, Constant::Long(_) | Constant::Double(_));
         let need = if wide { 2 } else { 1 };
@@ -247,12 +272,23 @@ impl ConstantPool {
             return Err(RawError::new(0, "constant pool full (65535 entries)"));
         }
         let i = self.entries.len() as u16;
+        lookup.insert(c.clone(), i);
         self.entries.push(c);
         if wide {
             self.entries.push(Constant::Unusable);
         }
         Ok(i)
     }
+    /// Drops entries added after the pool had `len` slots (undoing a failed rewrite).
+    pub(crate) fn truncate(&mut self, len: usize) {
+        if len >= 1 && len < self.entries.len() {
+            self.entries.truncate(len);
+            if let Some(m) = self.lookup.as_mut() {
+                m.retain(|_, i| usize::from(*i) < len);
+            }
+        }
+    }
+
     pub(crate) fn add_utf8(&mut self, s: &str) -> RawResult<u16> {
         self.find_or_push(Constant::Utf8(mutf8::encode(s)))
     }

@@ -87,13 +87,13 @@ pub fn instrument_class(data: &[u8], probes: Probes, table: &mut MethodTable) ->
         let m = &cf.methods[i];
         let mname = cf.member_name(m);
         let desc = cf.member_descriptor(m);
-        let saved_pool = cf.constant_pool.clone();
+        let pool_len = cf.constant_pool.len();
         let result = rewrite_method(&mut cf, i, probes, table, &class_name, &mname);
         match result {
             Ok(true) => out.rewritten += 1,
             Ok(false) => {}
             Err(why) => {
-                cf.constant_pool = saved_pool;
+                cf.constant_pool.truncate(pool_len);
                 out.skipped
                     .push(format!("{class_name}.{mname}{desc}: {why}"));
             }
@@ -170,10 +170,8 @@ fn add_calls(
     if returns.iter().any(|&r| r < start) {
         return Err("a return before the super()/this() call".into());
     }
-    for &r in returns.iter().rev() {
-        let p = probe(cf, "exit", id)?;
-        code.insert_before(r, p);
-    }
+    let exit = probe(cf, "exit", id)?;
+    code.insert_many(returns.iter().map(|&r| (r, exit.clone())).collect());
     let hs = code.new_label();
     let he = code.new_label();
     let mut entry = probe(cf, "enter", id)?;
@@ -240,12 +238,19 @@ fn constructor_init_call(cf: &ClassFile, code: &Code) -> std::result::Result<usi
         }
     }
     let p = found.ok_or("no super()/this() call found")?;
-    let pos_of = |l| {
-        code.insns
-            .iter()
-            .position(|x| *x == Insn::Label(l))
-            .unwrap_or(usize::MAX)
-    };
+    let positions: std::collections::HashMap<_, _> = code
+        .insns
+        .iter()
+        .enumerate()
+        .filter_map(|(i, x)| {
+            if let Insn::Label(l) = x {
+                Some((*l, i))
+            } else {
+                None
+            }
+        })
+        .collect();
+    let pos_of = |l| positions.get(&l).copied().unwrap_or(usize::MAX);
     for (i, insn) in code.insns.iter().enumerate() {
         for t in insn.targets() {
             if (i < p) != (pos_of(t) <= p) {
@@ -265,10 +270,11 @@ fn add_block_counters(
     mode: Mode,
 ) -> std::result::Result<(), String> {
     let blocks = bba::basic_blocks(code, mode);
-    for b in blocks.iter().rev() {
-        let p = probe(cf, "block", b.len as i32)?;
-        code.insert_before(b.start, p);
+    let mut inserts = Vec::with_capacity(blocks.len());
+    for b in &blocks {
+        inserts.push((b.start, probe(cf, "block", b.len as i32)?));
     }
+    code.insert_many(inserts);
     code.max_stack = code.max_stack.checked_add(1).ok_or("max_stack overflow")?;
     Ok(())
 }
