@@ -269,17 +269,20 @@ fn refuses_to_signal_a_non_jvm_that_catches_sigquit() {
         .unwrap();
     let pid = child.id();
     wait_for_comm(pid, "bash");
-    // Wait until the trap is installed.
-    for _ in 0..200 {
+    // Wait until the trap is installed (on a loaded machine bash can take seconds to get there).
+    let trapped = || {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        if attach::parse_proc_status(pid, &status)
+        attach::parse_proc_status(pid, &status)
             .unwrap()
             .catches_sigquit
-        {
+    };
+    for _ in 0..3000 {
+        if trapped() {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+    assert!(trapped(), "bash never installed its QUIT trap");
     let err = attach::execute(pid, "properties", &[])
         .unwrap_err()
         .to_string();
