@@ -11,6 +11,7 @@
 
 pub mod dump;
 pub mod events;
+pub mod exact;
 pub mod options;
 pub mod sampler;
 mod session;
@@ -19,8 +20,8 @@ pub mod symbols;
 
 use jvmprof_jvmti::bindings::agent::AgentLoadContext;
 use jvmprof_jvmti::bindings::callbacks::{
-    CallbackContext, ClassEvent, MonitorEvent, MonitorWaitEvent, MonitorWaitedEvent,
-    ObjectAllocationEvent, ObjectFreeEvent, ThreadEvent,
+    CallbackContext, ClassEvent, ClassFileLoadHookEvent, MonitorEvent, MonitorWaitEvent,
+    MonitorWaitedEvent, ObjectAllocationEvent, ObjectFreeEvent, ThreadEvent,
 };
 use jvmprof_jvmti::bindings::{Agent, jni};
 use jvmprof_jvmti::{
@@ -202,7 +203,16 @@ impl Agent for JvmprofAgent {
             }
         };
         match init_globals(Vm::from_ref(context.vm()), false) {
-            Ok(_) => *PENDING.lock().unwrap_or_else(|e| e.into_inner()) = Some(options),
+            Ok(g) => {
+                // Exact mode's capabilities and boot class path entry are OnLoad matters.
+                if let Some(x) = &options.exact
+                    && let Err(e) = exact::on_load(&g.env, x)
+                {
+                    say(&format!("{e}; profiling is off, the application continues"));
+                    return jni::JNI_OK;
+                }
+                *PENDING.lock().unwrap_or_else(|e| e.into_inner()) = Some(options)
+            }
             Err(e) => say(&format!("{e}; profiling is off, the application continues")),
         }
         jni::JNI_OK
@@ -244,6 +254,7 @@ impl Agent for JvmprofAgent {
         let Some(g) = GLOBALS.get() else { return };
         if let Some(jni) = Jni::from_context(&context) {
             g.env.prepare_all_loaded_classes(&jni);
+            exact::vm_init(&g.env, &jni);
         }
         let pending = PENDING.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(options) = pending {
@@ -268,7 +279,24 @@ impl Agent for JvmprofAgent {
     }
 
     fn class_prepare(&self, context: CallbackContext<'_>, event: ClassEvent) {
-        Env::from_context(&context).prepare_class_methods(event_class(event.class()));
+        let env = Env::from_context(&context);
+        env.prepare_class_methods(event_class(event.class()));
+        exact::class_prepared(&env, event_class(event.class()));
+    }
+
+    fn class_file_load_hook<'c>(
+        &self,
+        context: CallbackContext<'c>,
+        mut event: ClassFileLoadHookEvent<'c>,
+    ) {
+        let jni = Jni::from_context(&context);
+        let name = event.name_str().ok().flatten();
+        let loader = event_object(event.loader());
+        if let Some(bytes) =
+            exact::transform(jni.as_ref(), name.as_deref(), loader, event.class_data())
+        {
+            let _ = event.set_transformed_class(&context, &bytes);
+        }
     }
 
     fn sampled_object_alloc(&self, context: CallbackContext<'_>, event: ObjectAllocationEvent) {

@@ -43,12 +43,36 @@ pub struct LockOptions {
     pub threshold: Duration,
 }
 
+/// Which basic-block analysis exact mode counts bytecodes with (JP).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bba {
+    /// Blocks end at control transfers only: a block is counted when it starts, so an exception
+    /// thrown inside it still counts the rest of the block.
+    Default,
+    /// Blocks also end after every instruction that may throw: exact under exceptions.
+    Precise,
+}
+
+/// Exact profiling (`exact` mode): classes are rewritten to count calls and bytecodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExactOptions {
+    /// Class patterns (`java.util.*`, `com.acme.Foo`) to instrument besides application classes.
+    pub include: Vec<String>,
+    /// Class patterns never instrumented (wins over include).
+    pub exclude: Vec<String>,
+    pub bba: Bba,
+    /// Most calling-context nodes kept (all threads together); calls past it are dropped and
+    /// counted.
+    pub max_nodes: u32,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
     /// Stack sampling (cpu or wall), if asked for.
     pub sampling: Option<Mode>,
     pub alloc: Option<AllocOptions>,
     pub lock: Option<LockOptions>,
+    pub exact: Option<ExactOptions>,
     pub interval: Duration,
     /// Output file; the format comes from `format` or the extension. `None` only when streaming
     /// to a collector without a file.
@@ -97,22 +121,30 @@ impl Options {
         if self.lock.is_some() {
             m.push("lock");
         }
+        if self.exact.is_some() {
+            m.push("exact");
+        }
         m
     }
 }
 
-pub const KNOWN_KEYS: &str =
-    "mode, interval, file, format, value, threads, depth, engine, duration, status, stop";
+pub const KNOWN_KEYS: &str = "mode, interval, file, format, value, threads, depth, engine, duration, status, stop, include, exclude, bba, max_nodes";
 
 pub fn parse(text: &str) -> Result<Command, String> {
     let mut modes: Option<&str> = None;
     let mut alloc_interval: u64 = 512 * 1024;
     let mut live = false;
     let mut lock_threshold = Duration::from_micros(10);
+    let mut include: Vec<String> = Vec::new();
+    let mut exclude: Vec<String> = Vec::new();
+    let mut bba = Bba::Default;
+    let mut max_nodes: u32 = 1 << 22;
+    let mut exact_keys = false;
     let mut o = Options {
         sampling: None,
         alloc: None,
         lock: None,
+        exact: None,
         interval: Duration::from_millis(10),
         file: None,
         format: None,
@@ -140,6 +172,38 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "alloc_interval" => alloc_interval = parse_bytes(need()?)?,
             "live" => live = parse_bool(key, value)?,
             "lock_threshold" => lock_threshold = parse_duration(need()?)?,
+            // Patterns are separated by `:` or `;` (commas separate options).
+            "include" | "exclude" => {
+                exact_keys = true;
+                let list = if key == "include" {
+                    &mut include
+                } else {
+                    &mut exclude
+                };
+                for p in need()?
+                    .split([':', ';'])
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                {
+                    list.push(check_pattern(p)?);
+                }
+            }
+            "bba" => {
+                exact_keys = true;
+                bba = match need()? {
+                    "default" => Bba::Default,
+                    "precise" => Bba::Precise,
+                    b => return Err(format!("unknown bba '{b}' (default, precise)")),
+                }
+            }
+            "max_nodes" => {
+                exact_keys = true;
+                max_nodes = need()?
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=i32::MAX as u32).contains(n))
+                    .ok_or_else(|| "max_nodes must be a positive number".to_string())?
+            }
             "interval" => {
                 o.interval = parse_duration(need()?)?;
                 if o.interval < Duration::from_micros(100) {
@@ -201,9 +265,23 @@ pub fn parse(text: &str) -> Result<Command, String> {
                     threshold: lock_threshold,
                 })
             }
-            "exact" => return Err("mode 'exact' is not available in this build yet".into()),
-            m => return Err(format!("unknown mode '{m}' (cpu, wall, alloc, lock)")),
+            "exact" => {
+                o.exact = Some(ExactOptions {
+                    include: include.clone(),
+                    exclude: exclude.clone(),
+                    bba,
+                    max_nodes,
+                })
+            }
+            m => {
+                return Err(format!(
+                    "unknown mode '{m}' (cpu, wall, alloc, lock, exact)"
+                ));
+            }
         }
+    }
+    if exact_keys && o.exact.is_none() {
+        return Err("`include`, `exclude`, `bba` and `max_nodes` need mode exact".into());
     }
     if live && o.alloc.is_none() {
         return Err("`live` needs mode alloc".into());
@@ -215,6 +293,17 @@ pub fn parse(text: &str) -> Result<Command, String> {
         )));
     }
     Ok(Command::Start(Box::new(o)))
+}
+
+/// A class pattern: a binary name with dots, `*` matching any run of characters
+/// (`java.util.*`, `com.acme.*Service`, `Foo`).
+fn check_pattern(p: &str) -> Result<String, String> {
+    if p.contains('/') || p.chars().any(char::is_whitespace) {
+        return Err(format!(
+            "bad class pattern '{p}' (use dots and *, e.g. java.util.* or com.acme.Foo)"
+        ));
+    }
+    Ok(p.to_string())
 }
 
 fn parse_bool(key: &str, value: Option<&str>) -> Result<bool, String> {

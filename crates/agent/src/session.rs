@@ -117,6 +117,12 @@ pub struct Session {
 impl Session {
     /// Starts sampling. Errors are messages for the user; nothing is left running on error.
     pub fn start(ctx: Context, options: Options) -> Result<Session, String> {
+        if options.exact.is_some() && !crate::exact::enabled() {
+            return Err(
+                "exact mode needs the agent at launch (record -- java ...); it cannot attach"
+                    .into(),
+            );
+        }
         let walker = choose_walker(&ctx, &options)?;
         if options.alloc.is_some() && !ctx.caps.sampled_alloc {
             return Err("allocation sampling needs SampledObjectAlloc (JDK 11+)".into());
@@ -296,6 +302,10 @@ fn writer_main(
             last_housekeeping = Instant::now();
             shared.reconcile_timers();
             w.write_status(started.elapsed());
+            if w.stream.is_some() {
+                // Exact mode's trees are merged periodically only when someone reads them live.
+                jni.with_local_frame(64, || w.merge_exact(&jni));
+            }
             if let Some(stream) = &mut w.stream {
                 stream.samples(w.builder.profile());
             }
@@ -322,6 +332,7 @@ fn writer_main(
     jni.with_local_frame(64, || w.drain_ring(&jni));
     jni.with_local_frame(64, || w.drain_events(&jni));
     jni.with_local_frame(64, || w.resolve_live(&jni));
+    jni.with_local_frame(64, || w.merge_exact(&jni));
     let result = w.finish(started.elapsed());
     if let Err(e) = &result {
         eprintln!("jvmprof: {e}");
@@ -350,6 +361,8 @@ struct Writer {
     tracked: HashMap<i64, (u32, u32, u64, u64)>,
     /// Java thread id → the order in which snapshots first saw the thread.
     thread_order: HashMap<i64, u64>,
+    /// Exact mode's reader of the runtime's calling-context trees.
+    exact: Option<crate::exact::Collector>,
 }
 
 impl Writer {
@@ -358,6 +371,7 @@ impl Writer {
         let engine = match shared.walker {
             Walker::Asgct(_) => "asgct",
             Walker::Safepoint => "safepoint",
+            Walker::None if o.exact.is_some() => "instrumentation",
             Walker::None => "events",
         };
         let mut meta = Meta {
@@ -402,6 +416,7 @@ impl Writer {
             meta.extra.insert("lock_threshold_ns".into(), ns);
         }
         let interval_ns = meta.interval_ns;
+        let exact = o.exact.is_some().then(crate::exact::Collector::default);
         let stream = o.server.as_ref().map(|server| {
             let handshake = Handshake {
                 pid: meta.pid,
@@ -440,6 +455,7 @@ impl Writer {
             stream,
             thread_order: HashMap::new(),
             tracked: HashMap::new(),
+            exact,
         }
     }
 
@@ -574,6 +590,31 @@ impl Writer {
                 self.tracked.insert(tag, (thread, stack, bytes, objects));
             }
         }
+    }
+
+    /// Exact mode: adds what the threads' calling-context trees gained since the last merge.
+    fn merge_exact(&mut self, jni: &Jni) {
+        let Some(mut c) = self.exact.take() else {
+            return;
+        };
+        let metrics = self.builder.profile().meta.metrics.clone();
+        let values = move |calls: u64, bytecodes: u64| {
+            metrics
+                .iter()
+                .map(|m| match m {
+                    Metric::Calls => calls,
+                    Metric::Bytecodes => bytecodes,
+                    _ => 0,
+                })
+                .collect()
+        };
+        c.merge(jni, &mut self.builder, values);
+        let extra = &mut self.builder.meta_mut().extra;
+        crate::exact::meta(extra);
+        extra.insert("exact_nodes".into(), c.stats.0.to_string());
+        extra.insert("exact_max_nodes".into(), c.stats.1.to_string());
+        extra.insert("exact_dropped_calls".into(), c.stats.2.to_string());
+        self.exact = Some(c);
     }
 
     /// With `live`: after a full GC, credits every sampled object still alive to its site.
@@ -847,6 +888,9 @@ fn metrics_of(o: &Options) -> Vec<Metric> {
             Metric::WaitNs,
             Metric::WaitCount,
         ]);
+    }
+    if o.exact.is_some() {
+        m.extend([Metric::Calls, Metric::Bytecodes]);
     }
     m
 }

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// What to profile, comma-separated: cpu (thread CPU time) or wall (every thread, whatever
-    /// its state), alloc (allocation sites), lock (monitor contention and waits).
+    /// its state), alloc (allocation sites), lock (monitor contention and waits), exact (exact
+    /// invocation and bytecode counts per calling context, by rewriting classes; launch only).
     #[arg(long, default_value = "cpu")]
     pub mode: String,
     /// alloc: mean bytes between sampled allocations (e.g. 512k, 1m).
@@ -29,6 +30,17 @@ pub struct Args {
     /// lock: ignore contended entries and waits shorter than this.
     #[arg(long, default_value = "10us")]
     pub lock_threshold: String,
+    /// exact: also instrument these classes (e.g. 'java.util.*'; JDK classes are left out
+    /// otherwise). Repeat or separate with ':'.
+    #[arg(long)]
+    pub include: Vec<String>,
+    /// exact: never instrument these classes (e.g. 'com.acme.generated.*').
+    #[arg(long)]
+    pub exclude: Vec<String>,
+    /// exact: basic-block analysis for bytecode counts: default (blocks end at jumps) or precise
+    /// (blocks also end at instructions that may throw: exact when exceptions are thrown).
+    #[arg(long)]
+    pub bba: Option<String>,
     /// Sampling interval (e.g. 10ms, 1ms, 500us).
     #[arg(long, default_value = "10ms")]
     pub interval: String,
@@ -42,7 +54,7 @@ pub struct Args {
     /// Output format, overriding the extension.
     #[arg(long)]
     pub format: Option<String>,
-    /// The metric single-metric formats carry: samples or ns.
+    /// The metric single-metric formats carry: samples or ns; calls or bytecodes (exact).
     #[arg(long)]
     pub value: Option<String>,
     /// Deepest stack recorded, in frames.
@@ -93,6 +105,23 @@ pub fn run(args: Args) -> Result<i32> {
         native.display(),
         status.display()
     );
+    let patterns = |list: &[String]| {
+        list.iter()
+            .flat_map(|p| p.split([',', ':']))
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    if !args.include.is_empty() {
+        options.push_str(&format!(",include={}", patterns(&args.include)));
+    }
+    if !args.exclude.is_empty() {
+        options.push_str(&format!(",exclude={}", patterns(&args.exclude)));
+    }
+    if let Some(bba) = &args.bba {
+        options.push_str(&format!(",bba={bba}"));
+    }
     if let Some(server) = &args.server {
         options.push_str(&format!(",server={server}"));
     }
@@ -203,6 +232,13 @@ fn attach_and_record(
     let mut stop_sent = false;
     let mut deadline: Option<Instant> = None;
     while !native.exists() {
+        if let Some(e) = std::fs::read_to_string(status)
+            .ok()
+            .and_then(|t| t.strip_prefix("error: ").map(|e| e.trim().to_string()))
+        {
+            progress.clear();
+            bail!("the agent in process {pid} could not start profiling: {e}");
+        }
         let alive = Path::new(&format!("/proc/{pid}")).exists();
         if interrupted.load(Ordering::Relaxed) && !stop_sent && alive {
             progress.clear();

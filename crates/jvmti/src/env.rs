@@ -85,6 +85,8 @@ pub enum Event {
     MonitorContendedEntered,
     MonitorWait,
     MonitorWaited,
+    /// Class bytes about to be defined or retransformed (exact mode rewrites them).
+    ClassFileLoadHook,
 }
 
 impl Event {
@@ -102,6 +104,7 @@ impl Event {
             Event::MonitorContendedEntered => jvmti::JVMTI_EVENT_MONITOR_CONTENDED_ENTERED,
             Event::MonitorWait => jvmti::JVMTI_EVENT_MONITOR_WAIT,
             Event::MonitorWaited => jvmti::JVMTI_EVENT_MONITOR_WAITED,
+            Event::ClassFileLoadHook => jvmti::JVMTI_EVENT_CLASS_FILE_LOAD_HOOK,
         }
     }
 }

@@ -7,6 +7,7 @@
 //! possible through functions of this crate, which document what they require.
 
 pub mod asgct;
+pub mod classes;
 pub mod env;
 pub mod heap;
 pub mod management;

@@ -1,0 +1,646 @@
+//! Exact profiling (`mode=exact`, JP by Binder and Hulaas): classes are rewritten as they load so
+//! that every thread builds a calling-context tree with the exact number of invocations of each
+//! context and the bytecodes each context executed itself.
+//!
+//! - At OnLoad the runtime classes (`java/agent/jvmprof/runtime`, compiled by build.rs) are
+//!   written to a private directory that goes on the boot class path, and the class-hook
+//!   capabilities are added.
+//! - At VMInit the runtime is loaded and initialized, the ClassFileLoadHook is turned on, and
+//!   already loaded classes that `include` brings in are retransformed.
+//! - In the ClassFileLoadHook the class-file engine (crates/classfile) adds basic-block counters
+//!   (`block(n)`, default or precise blocks) and then entry/exit probes (`enter(id)`,
+//!   `exit(id)` before every return and in a catch-all handler that rethrows). A class the
+//!   engine cannot rewrite is left unchanged and listed; the hook never fails class loading.
+//! - The writer thread reads the trees through JNI ([`Collector::merge`]) at the end, and
+//!   periodically when streaming, adding what grew since its last look.
+
+use crate::options::{Bba, ExactOptions};
+use jvmprof_classfile::instrument::{self, MethodTable, Probes as Pass};
+use jvmprof_classfile::opcodes::INVOKESTATIC;
+use jvmprof_classfile::{ClassFile, Code, Insn};
+use jvmprof_jvmti::classes::GlobalRef;
+use jvmprof_jvmti::{Env, Event, JObject, Jni};
+use jvmprof_profile::{Frame, FrameKind, ProfileBuilder, Thread, ThreadState};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+include!(concat!(env!("OUT_DIR"), "/exact_runtime.rs"));
+
+/// The runtime class the probes call (same name and signatures as the offline runtime).
+const RUNTIME: &str = "jvmprof/runtime/Probes";
+
+/// Classes never rewritten, whatever `include` says: the runtime itself, and the JDK code the
+/// runtime's probes run (ThreadLocal, Thread, references, Object's constructor) or that the VM
+/// needs to stay exactly as shipped (method handles, JDK internals). Instrumenting these would
+/// recurse into the probes or break bootstrapping.
+const NEVER: &[&str] = &[
+    "jvmprof/",
+    "java/lang/Object",
+    "java/lang/Thread",
+    "java/lang/ThreadLocal",
+    "java/lang/VirtualThread",
+    "java/lang/BaseVirtualThread",
+    "java/lang/ref/",
+    "java/lang/invoke/",
+    "java/lang/System",
+    "java/lang/Class",
+    "java/lang/ClassLoader",
+    "java/lang/Module",
+    "java/lang/StackTraceElement",
+    "java/lang/Throwable",
+    "jdk/internal/",
+    "sun/",
+    "jdk/jfr/",
+];
+
+/// Where a class comes from, for scoping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Defined by the boot or the platform loader.
+    Jdk,
+    Application,
+}
+
+#[derive(Default)]
+struct Tables {
+    methods: MethodTable,
+    /// Class (or method) → why it was left unchanged.
+    skipped: BTreeMap<String, String>,
+    /// Constructors whose super()/this() call (and the code before it) counts in the caller.
+    ctor_notes: Vec<String>,
+}
+
+struct State {
+    options: ExactOptions,
+    dir: PathBuf,
+    active: AtomicBool,
+    runtime: OnceLock<GlobalRef>,
+    platform: OnceLock<GlobalRef>,
+    tables: Mutex<Tables>,
+    classes: AtomicU64,
+    methods: AtomicU64,
+    retransformed: AtomicU64,
+    skipped_overflow: AtomicU64,
+}
+
+static STATE: OnceLock<State> = OnceLock::new();
+
+/// Whether exact mode was set up at OnLoad.
+pub fn enabled() -> bool {
+    STATE.get().is_some()
+}
+
+/// OnLoad: capabilities, and the runtime on the boot class path. Errors leave exact mode off.
+pub fn on_load(env: &Env, options: &ExactOptions) -> Result<(), String> {
+    env.add_class_hook_capabilities()
+        .map_err(|e| format!("exact mode needs class file hooks: {e}"))?;
+    let dir = std::env::temp_dir().join(format!("jvmprof-exact-{}", std::process::id()));
+    for (rel, bytes) in RUNTIME_CLASSES {
+        let path = dir.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        }
+        std::fs::write(&path, bytes)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    env.add_to_bootstrap_class_loader_search(&dir.display().to_string())
+        .map_err(|e| e.to_string())?;
+    STATE
+        .set(State {
+            options: options.clone(),
+            dir,
+            active: AtomicBool::new(false),
+            runtime: OnceLock::new(),
+            platform: OnceLock::new(),
+            tables: Mutex::new(Tables::default()),
+            classes: AtomicU64::new(0),
+            methods: AtomicU64::new(0),
+            retransformed: AtomicU64::new(0),
+            skipped_overflow: AtomicU64::new(0),
+        })
+        .map_err(|_| "exact mode set up twice".to_string())
+}
+
+/// VMInit: loads the runtime (all its classes, so the directory can go), turns the hook on and
+/// retransforms already loaded classes that `include` brings in.
+pub fn vm_init(env: &Env, jni: &Jni) {
+    let Some(s) = STATE.get() else { return };
+    let result = jni.with_local_frame(16, || -> Result<(), String> {
+        let runtime = jni
+            .find_class_global(RUNTIME)
+            .ok_or("cannot load the exact-mode runtime from the boot class path")?;
+        for (rel, _) in RUNTIME_CLASSES {
+            let name = rel.trim_end_matches(".class");
+            jni.find_class_global(name)
+                .ok_or_else(|| format!("cannot load {name}"))?;
+        }
+        jni.call_static_int(runtime, "init", "(I)I", &[s.options.max_nodes as i32])
+            .ok_or("the exact-mode runtime failed to initialize")?;
+        let _ = s.runtime.set(runtime);
+        if let Some(p) = jni.platform_class_loader() {
+            let _ = s.platform.set(p);
+        }
+        Ok(())
+    });
+    let _ = std::fs::remove_dir_all(&s.dir);
+    if let Err(e) = result {
+        eprintln!("jvmprof: {e}; exact mode is off, the application continues");
+        return;
+    }
+    s.active.store(true, Ordering::Release);
+    if let Err(e) = env.enable_events(&[Event::ClassFileLoadHook]) {
+        s.active.store(false, Ordering::Release);
+        eprintln!("jvmprof: {e}; exact mode is off, the application continues");
+        return;
+    }
+    if !s.options.include.is_empty() {
+        retransform_included(env, jni, s);
+    }
+}
+
+fn retransform_included(env: &Env, jni: &Jni, s: &State) {
+    jni.with_local_frame(16, || {
+        let classes = env.loaded_classes();
+        let mut wanted = Vec::new();
+        for c in classes {
+            let Some(sig) = env.class_signature(c) else {
+                continue;
+            };
+            let Some(name) = sig.strip_prefix('L').and_then(|n| n.strip_suffix(';')) else {
+                continue; // arrays and primitives
+            };
+            let origin = if env.is_boot_class(c) {
+                Origin::Jdk
+            } else {
+                // Application classes loaded this early are rare; the platform loader's are
+                // JDK classes. Either way only `include` matters here.
+                Origin::Jdk
+            };
+            if wanted_class(&s.options, name, origin) && env.is_modifiable_class(c) {
+                wanted.push(c);
+            }
+        }
+        for chunk in wanted.chunks(256) {
+            match env.retransform_classes(chunk) {
+                Ok(()) => {
+                    s.retransformed
+                        .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    // One bad class fails the batch: retry one by one and list the failures.
+                    for c in chunk {
+                        match env.retransform_classes(std::slice::from_ref(c)) {
+                            Ok(()) => {
+                                s.retransformed.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e1) => {
+                                let name = env.class_signature(*c).unwrap_or_default();
+                                lock(&s.tables)
+                                    .skipped
+                                    .insert(name, format!("retransform: {e1} (batch: {e})"));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `*` matches any run of characters; everything else matches itself.
+pub fn glob(pattern: &str, name: &str) -> bool {
+    let (p, n) = (pattern.as_bytes(), name.as_bytes());
+    let (mut pi, mut ni) = (0, 0);
+    let (mut star, mut mark) = (usize::MAX, 0);
+    while ni < n.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = pi;
+            mark = ni;
+            pi += 1;
+        } else if pi < p.len() && p[pi] == n[ni] {
+            pi += 1;
+            ni += 1;
+        } else if star != usize::MAX {
+            pi = star + 1;
+            mark += 1;
+            ni = mark;
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == b'*' {
+        pi += 1;
+    }
+    pi == p.len()
+}
+
+/// Whether a class (internal name `a/b/C`) is in scope: application classes unless excluded,
+/// JDK classes only when included, never the runtime or the classes in [`NEVER`].
+pub fn wanted_class(o: &ExactOptions, internal: &str, origin: Origin) -> bool {
+    if NEVER.iter().any(|p| {
+        internal.starts_with(p)
+            && (p.ends_with('/')
+                || internal.len() == p.len()
+                || matches!(internal.as_bytes()[p.len()], b'$'))
+    }) {
+        return false;
+    }
+    let dotted = internal.replace('/', ".");
+    if o.exclude.iter().any(|p| glob(p, &dotted)) {
+        return false;
+    }
+    match origin {
+        Origin::Application => true,
+        Origin::Jdk => o.include.iter().any(|p| glob(p, &dotted)),
+    }
+}
+
+/// The ClassFileLoadHook: the rewritten class, or `None` to leave it as it is.
+pub fn transform(
+    jni: Option<&Jni>,
+    name: Option<&str>,
+    loader: JObject,
+    data: &[u8],
+) -> Option<Vec<u8>> {
+    let s = STATE.get()?;
+    if !s.active.load(Ordering::Acquire) {
+        return None;
+    }
+    let Some(name) = name else {
+        // Hidden classes may come without a name: they are not rewritten.
+        let mut t = lock(&s.tables);
+        note_skipped(s, &mut t, "<unnamed class>".into(), "no name".into());
+        return None;
+    };
+    let origin = if loader.is_null()
+        || s.platform
+            .get()
+            .zip(jni)
+            .is_some_and(|(p, j)| j.is_same_object(loader, *p))
+    {
+        Origin::Jdk
+    } else {
+        Origin::Application
+    };
+    if !wanted_class(&s.options, name, origin) {
+        return None;
+    }
+    let mut t = lock(&s.tables);
+    let before = t.methods.names.len();
+    match rewrite(data, s.options.bba, &mut t) {
+        Ok((bytes, methods)) => {
+            s.classes.fetch_add(1, Ordering::Relaxed);
+            s.methods.fetch_add(methods as u64, Ordering::Relaxed);
+            Some(bytes)
+        }
+        Err(why) => {
+            t.methods.names.truncate(before);
+            note_skipped(s, &mut t, name.replace('/', "."), why);
+            None
+        }
+    }
+}
+
+/// Most entries in the skipped-class list (the rest are only counted).
+const MAX_SKIPPED: usize = 10_000;
+
+fn note_skipped(s: &State, t: &mut Tables, what: String, why: String) {
+    if t.skipped.len() < MAX_SKIPPED || t.skipped.contains_key(&what) {
+        t.skipped.insert(what, why);
+    } else {
+        s.skipped_overflow.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// ClassPrepare: the JVM never passes hidden classes (lambda proxies, method-handle forms) to the
+/// ClassFileLoadHook, so they run unchanged; the application's are listed as skipped. (A
+/// lambda's body is a method of its host class and is instrumented there.)
+pub fn class_prepared(env: &Env, class: jvmprof_jvmti::JClass) {
+    let Some(s) = STATE.get() else { return };
+    if !s.active.load(Ordering::Acquire) {
+        return;
+    }
+    let Some(sig) = env.class_signature(class) else {
+        return;
+    };
+    let hidden = sig.contains("+0x") || sig.contains(".0x") || sig.contains("/0x");
+    if !hidden || env.is_boot_class(class) {
+        return;
+    }
+    let name = sig
+        .trim_start_matches('L')
+        .trim_end_matches(';')
+        .replace('/', ".");
+    let mut t = lock(&s.tables);
+    note_skipped(
+        s,
+        &mut t,
+        name,
+        "hidden class: the JVM does not pass it to the ClassFileLoadHook".into(),
+    );
+}
+
+/// Counters first (so the engine's block analysis sees only the original code), then entry and
+/// exit probes, then the constructor fix-up. Returns the bytes and the methods given probes.
+fn rewrite(data: &[u8], bba: Bba, t: &mut Tables) -> Result<(Vec<u8>, usize), String> {
+    let pass = match bba {
+        Bba::Default => Pass::Bytecodes,
+        Bba::Precise => Pass::BytecodesPrecise,
+    };
+    let counted = instrument::instrument_class(data, pass, &mut t.methods)
+        .map_err(|e| format!("bytecode counters: {e}"))?;
+    for m in &counted.skipped {
+        t.skipped.insert(m.clone(), "no bytecode counters".into());
+    }
+    let probed = instrument::instrument_class(&counted.bytes, Pass::Calls, &mut t.methods)
+        .map_err(|e| format!("entry/exit probes: {e}"))?;
+    for m in &probed.skipped {
+        t.skipped.insert(m.clone(), "no entry/exit probes".into());
+    }
+    let bytes = fix_constructors(&probed.bytes, &mut t.ctor_notes)
+        .map_err(|e| format!("constructor fix-up: {e}"))?;
+    Ok((bytes, probed.rewritten))
+}
+
+/// In a constructor the engine puts the entry probe after the super()/this() call (a handler
+/// may not cover code where `this` is uninitialized), so a superclass constructor and the block
+/// counters before the call would count into the caller's context. When the code before the
+/// entry probe is straight-line (the usual case) the entry probe moves to the very start: the
+/// superclass constructor becomes the constructor's child, as in the source. The catch-all exit
+/// handler still starts after the super()/this() call: if that call (or its arguments) throws,
+/// the context is closed by the next exit of an enclosing instrumented frame instead. Otherwise
+/// nothing moves and the constructor is noted.
+fn fix_constructors(data: &[u8], notes: &mut Vec<String>) -> Result<Vec<u8>, String> {
+    let mut cf = ClassFile::read(data).map_err(|e| e.to_string())?;
+    let mut changed = false;
+    for i in 0..cf.methods.len() {
+        if cf.member_name(&cf.methods[i]) != "<init>" {
+            continue;
+        }
+        let Some(mut code) = Code::read(&cf, i).map_err(|e| e.to_string())? else {
+            continue;
+        };
+        let is_enter = |insn: &Insn| match insn {
+            Insn::Ref { op, index } if *op == INVOKESTATIC => cf
+                .constant_pool
+                .member_ref(*index)
+                .is_some_and(|(c, n, d)| c == RUNTIME && n == "enter" && d == "(I)V"),
+            _ => false,
+        };
+        let Some(enter) = code.insns.iter().position(is_enter) else {
+            continue;
+        };
+        if enter < 2 {
+            continue; // already at the start (java.lang.Object has no super() call)
+        }
+        if push_value(&code.insns[enter - 1], &cf).is_none() {
+            return Err("unexpected entry probe".into());
+        }
+        let mut targets: Vec<_> = code.insns.iter().flat_map(Insn::targets).collect();
+        targets.extend(
+            code.handlers
+                .iter()
+                .flat_map(|h| [h.start, h.end, h.handler]),
+        );
+        let straight = code.insns[..enter - 1].iter().all(|x| match x {
+            Insn::Label(l) => !targets.contains(l),
+            other => other.targets().is_empty(),
+        });
+        if !straight {
+            notes.push(format!(
+                "{}.<init>{}",
+                cf.name().replace('/', "."),
+                cf.member_descriptor(&cf.methods[i])
+            ));
+            continue;
+        }
+        let probe: Vec<Insn> = code.insns.drain(enter - 1..=enter).collect();
+        code.insns.splice(0..0, probe);
+        cf.set_code(i, &code).map_err(|e| e.what)?;
+        changed = true;
+    }
+    Ok(if changed { cf.write() } else { data.to_vec() })
+}
+
+/// The int an instruction pushes, for the counters' constant operand.
+fn push_value(insn: &Insn, cf: &ClassFile) -> Option<i32> {
+    match insn {
+        Insn::Simple(op @ 0x02..=0x08) => Some(i32::from(*op) - 3),
+        Insn::Bipush(v) => Some(i32::from(*v)),
+        Insn::Sipush(v) => Some(i32::from(*v)),
+        Insn::Ldc { index, .. } => match cf.constant_pool.get(*index)? {
+            jvmprof_classfile::Constant::Integer(v) => Some(*v),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Facts for the profile's metadata.
+pub fn meta(extra: &mut BTreeMap<String, String>) {
+    let Some(s) = STATE.get() else { return };
+    let t = lock(&s.tables);
+    extra.insert(
+        "exact_bba".into(),
+        match s.options.bba {
+            Bba::Default => "default",
+            Bba::Precise => "precise",
+        }
+        .into(),
+    );
+    extra.insert(
+        "exact_classes".into(),
+        s.classes.load(Ordering::Relaxed).to_string(),
+    );
+    extra.insert(
+        "exact_methods".into(),
+        s.methods.load(Ordering::Relaxed).to_string(),
+    );
+    extra.insert(
+        "exact_retransformed".into(),
+        s.retransformed.load(Ordering::Relaxed).to_string(),
+    );
+    extra.insert("exact_include".into(), s.options.include.join(":"));
+    extra.insert("exact_exclude".into(), s.options.exclude.join(":"));
+    extra.insert(
+        "exact_skipped".into(),
+        t.skipped
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    extra.insert(
+        "exact_skipped_count".into(),
+        (t.skipped.len() as u64 + s.skipped_overflow.load(Ordering::Relaxed)).to_string(),
+    );
+    extra.insert("exact_ctor_caller_counted".into(), t.ctor_notes.join("\n"));
+}
+
+/// Reads the runtime's trees into a profile, adding what grew since the last merge.
+#[derive(Default)]
+pub struct Collector {
+    /// (runtime thread index, stack) → (calls, bytecodes) already added.
+    seen: HashMap<(usize, u32), (u64, u64)>,
+    frames: HashMap<i64, u32>,
+    /// (nodes created, node budget, calls dropped past the budget).
+    pub stats: (i64, i64, i64),
+}
+
+impl Collector {
+    /// Merges every thread's tree; `values` turns (calls, bytecodes) into a sample's values.
+    pub fn merge(
+        &mut self,
+        jni: &Jni,
+        builder: &mut ProfileBuilder,
+        values: impl Fn(u64, u64) -> Vec<u64>,
+    ) {
+        let Some(s) = STATE.get() else { return };
+        let Some(&runtime) = s.runtime.get() else {
+            return;
+        };
+        let names = lock(&s.tables).methods.names.clone();
+        let Some(n) = jni.call_static_int(runtime, "threads", "()I", &[]) else {
+            return;
+        };
+        for i in 0..n.max(0) {
+            jni.with_local_frame(16, || {
+                let name = jni
+                    .call_static_string(runtime, "threadName", "(I)Ljava/lang/String;", &[i])
+                    .unwrap_or_else(|| format!("thread {i}"));
+                if name == "jvmprof writer" {
+                    return;
+                }
+                let Some(tree) = jni.call_static_long_array(runtime, "tree", "(I)[J", &[i]) else {
+                    return;
+                };
+                let thread = builder.thread(Thread { tid: 0, name });
+                let mut path: Vec<u32> = Vec::new();
+                for node in tree.chunks_exact(4) {
+                    let (depth, method) = (node[0].max(0) as usize, node[1]);
+                    let (calls, bytecodes) = (node[2].max(0) as u64, node[3].max(0) as u64);
+                    let frame = self.frame(builder, &names, method);
+                    path.truncate(depth.saturating_sub(1));
+                    if depth == 0 {
+                        if bytecodes == 0 {
+                            continue;
+                        }
+                        path.clear();
+                    }
+                    path.push(frame);
+                    if calls == 0 && bytecodes == 0 {
+                        continue;
+                    }
+                    let stack = builder.stack(&path);
+                    let seen = self.seen.entry((i as usize, stack)).or_default();
+                    let (dc, db) = (
+                        calls.saturating_sub(seen.0),
+                        bytecodes.saturating_sub(seen.1),
+                    );
+                    if dc == 0 && db == 0 {
+                        continue;
+                    }
+                    *seen = (seen.0.max(calls), seen.1.max(bytecodes));
+                    builder.add(thread, stack, ThreadState::Running, &values(dc, db));
+                }
+            });
+        }
+        if let Some(v) = jni.call_static_long_array(runtime, "stats", "()[J", &[])
+            && v.len() == 3
+        {
+            self.stats = (v[0], v[1], v[2]);
+        }
+    }
+
+    fn frame(&mut self, builder: &mut ProfileBuilder, names: &[String], method: i64) -> u32 {
+        *self.frames.entry(method).or_insert_with(|| {
+            let name = usize::try_from(method)
+                .ok()
+                .and_then(|m| names.get(m))
+                .cloned();
+            let frame = match name {
+                Some(n) => match n.rsplit_once('.') {
+                    Some((class, m)) => Frame::java(class, m, "", 0),
+                    None => Frame::java("", &n, "", 0),
+                },
+                None if method < 0 => {
+                    Frame::synthetic(FrameKind::Synthetic, "[outside instrumented methods]")
+                }
+                None => Frame::synthetic(FrameKind::Synthetic, &format!("[method #{method}]")),
+            };
+            builder.frame(frame)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn o(include: &[&str], exclude: &[&str]) -> ExactOptions {
+        ExactOptions {
+            include: include.iter().map(|s| s.to_string()).collect(),
+            exclude: exclude.iter().map(|s| s.to_string()).collect(),
+            bba: Bba::Default,
+            max_nodes: 1000,
+        }
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob("java.util.*", "java.util.HashMap"));
+        assert!(glob(
+            "java.util.*",
+            "java.util.concurrent.ConcurrentHashMap"
+        ));
+        assert!(!glob("java.util.*", "java.utilx"));
+        assert!(glob("*Service", "com.acme.OrderService"));
+        assert!(!glob("*Service", "com.acme.OrderServiceImpl"));
+        assert!(glob("Foo", "Foo"));
+        assert!(!glob("Foo", "Foo$Bar"));
+        assert!(glob("Foo*", "Foo$Bar"));
+    }
+
+    #[test]
+    fn scope() {
+        let none = o(&[], &[]);
+        assert!(wanted_class(&none, "com/acme/Foo", Origin::Application));
+        assert!(!wanted_class(&none, "java/util/HashMap", Origin::Jdk));
+        assert!(!wanted_class(
+            &none,
+            "jvmprof/runtime/Probes",
+            Origin::Application
+        ));
+        let util = o(
+            &["java.util.*"],
+            &["java.util.concurrent.*", "com.acme.Skip"],
+        );
+        assert!(wanted_class(&util, "java/util/HashMap", Origin::Jdk));
+        assert!(wanted_class(&util, "java/util/HashMap$Node", Origin::Jdk));
+        assert!(!wanted_class(
+            &util,
+            "java/util/concurrent/ConcurrentHashMap",
+            Origin::Jdk
+        ));
+        assert!(!wanted_class(&util, "com/acme/Skip", Origin::Application));
+        let lang = o(&["java.lang.*"], &[]);
+        assert!(wanted_class(&lang, "java/lang/StringBuilder", Origin::Jdk));
+        assert!(!wanted_class(&lang, "java/lang/Object", Origin::Jdk));
+        assert!(!wanted_class(
+            &lang,
+            "java/lang/ThreadLocal$ThreadLocalMap",
+            Origin::Jdk
+        ));
+        assert!(!wanted_class(&lang, "java/lang/Thread", Origin::Jdk));
+        assert!(!wanted_class(&lang, "java/lang/ref/Reference", Origin::Jdk));
+        assert!(wanted_class(&lang, "java/lang/ClassValue", Origin::Jdk));
+        assert!(wanted_class(&lang, "java/lang/ThreadGroup", Origin::Jdk));
+    }
+}
