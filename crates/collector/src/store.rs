@@ -391,3 +391,93 @@ fn commit(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jvmprof_profile::{Metric, Thread, ThreadState};
+
+    fn batch(frames: &[(&str, &str)], value: u64) -> Profile {
+        let mut b = ProfileBuilder::new(Meta {
+            modes: vec!["cpu".into()],
+            metrics: vec![Metric::Samples, Metric::Ns],
+            interval_ns: 10,
+            ..Meta::default()
+        });
+        let ids: Vec<u32> = frames
+            .iter()
+            .map(|(c, m)| b.frame(Frame::java(c, m, "()V", 1)))
+            .collect();
+        let s = b.stack(&ids);
+        let t = b.thread(Thread {
+            tid: 1,
+            name: "main".into(),
+        });
+        b.add(t, s, ThreadState::Running, &[value, value * 10]);
+        b.finish()
+    }
+
+    fn collapsed(p: &Profile) -> String {
+        jvmprof_profile::collapsed::to_string(p, &Default::default()).unwrap()
+    }
+
+    fn open_retrying(dir: &Path) -> Store {
+        // The previous Store's writer thread closes the file once its channel is gone.
+        for _ in 0..100 {
+            if let Ok(s) = Store::open(dir) {
+                return s;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Store::open(dir).unwrap()
+    }
+
+    #[test]
+    fn batches_merge_by_time_range_and_survive_reopen() {
+        let dir = std::env::temp_dir().join(format!("jvmprof-store-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let vm = VmRecord {
+            id: 3,
+            pid: 42,
+            ..VmRecord::default()
+        };
+        {
+            let store = Store::open(&dir).unwrap();
+            store.put_vm(vm.clone());
+            store.put_batch(3, 1, 1000, batch(&[("A", "main"), ("A", "work")], 2));
+            store.put_batch(3, 2, 2000, batch(&[("A", "main"), ("B", "io")], 5));
+            store.put_batch(3, 3, 3000, batch(&[("A", "main"), ("A", "work")], 1));
+            rt.block_on(store.barrier());
+            assert_eq!(store.committed(3), 3);
+            assert_eq!(store.committed(4), 0);
+            assert_eq!(
+                collapsed(&store.profile(&vm, 0, u64::MAX).unwrap()),
+                "A.main;A.work 3\nA.main;B.io 5\n"
+            );
+            assert_eq!(
+                collapsed(&store.profile(&vm, 1500, 2500).unwrap()),
+                "A.main;B.io 5\n"
+            );
+            assert_eq!(collapsed(&store.profile(&vm, 5000, 6000).unwrap()), "");
+        }
+        // Reopened: the VM, the batches, the frame dictionary and the last seq are all there, and
+        // new batches reuse the dictionary.
+        let store = open_retrying(&dir);
+        assert_eq!(store.vms().unwrap(), vec![vm.clone()]);
+        assert_eq!(store.committed(3), 3);
+        store.put_batch(3, 4, 4000, batch(&[("A", "main"), ("C", "new")], 7));
+        rt.block_on(store.barrier());
+        assert_eq!(
+            collapsed(&store.profile(&vm, 0, u64::MAX).unwrap()),
+            "A.main;A.work 3\nA.main;B.io 5\nA.main;C.new 7\n"
+        );
+        let p = store.profile(&vm, 0, u64::MAX).unwrap();
+        assert_eq!(p.meta.pid, 42);
+        assert_eq!(p.total(1), 150);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
