@@ -367,8 +367,9 @@ fn three_jvms_crash_exit_and_collector_restart() {
     // It ends normally (SIGTERM runs the JVM's shutdown, so the agent writes its file): the
     // collector has exactly what the agent recorded, across the collector's crash. Batches the
     // dead collector had not stored were re-sent; the ones it had were not counted twice.
-    let status = Command::new("kill")
-        .args(["-TERM", &surviving.pid().to_string()])
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!("kill -TERM {}", surviving.pid()))
         .status()
         .unwrap();
     assert!(status.success());
