@@ -262,14 +262,18 @@ fn refuses_to_signal_a_process_that_does_not_handle_sigquit() {
 
 #[test]
 fn refuses_to_signal_a_non_jvm_that_catches_sigquit() {
-    // A shell with a SIGQUIT trap catches the signal but is no JVM.
-    let mut child = Command::new("bash")
-        .args(["-c", "trap 'echo quit' QUIT; while :; do sleep 1; done"])
+    // A Python process with a SIGQUIT handler catches the signal but is no JVM. (Not a bash
+    // trap: bash cannot trap a signal ignored on entry, and a non-interactive parent shell running
+    // jobs in the background starts its children with SIGQUIT ignored.)
+    let mut child = Command::new("python3")
+        .args([
+            "-c",
+            "import signal, time\nsignal.signal(signal.SIGQUIT, lambda *a: None)\nwhile True: time.sleep(1)",
+        ])
         .spawn()
         .unwrap();
     let pid = child.id();
-    wait_for_comm(pid, "bash");
-    // Wait until the trap is installed (on a loaded machine bash can take seconds to get there).
+    // Wait until the handler is installed (on a loaded machine that can take seconds).
     let trapped = || {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         attach::parse_proc_status(pid, &status)
@@ -282,7 +286,7 @@ fn refuses_to_signal_a_non_jvm_that_catches_sigquit() {
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    assert!(trapped(), "bash never installed its QUIT trap");
+    assert!(trapped(), "python never installed its SIGQUIT handler");
     let err = attach::execute(pid, "properties", &[])
         .unwrap_err()
         .to_string();
