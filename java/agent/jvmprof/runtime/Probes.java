@@ -116,7 +116,22 @@ public final class Probes {
         }
     }
 
+    /**
+     * The last thread's root: a one-entry cache in front of the ThreadLocal. Racy on purpose and
+     * still safe: a Root is immutable apart from fields only its own thread writes, its thread
+     * field is final, and a thread uses the cached root only if it is its own.
+     */
+    private static Root last;
+
     private static Root root() {
+        Root r = last;
+        if (r != null && r.thread == Thread.currentThread()) return r;
+        r = slowRoot();
+        last = r;
+        return r;
+    }
+
+    private static Root slowRoot() {
         Root r = CURRENT.get();
         if (r == null) {
             r = new Root(Thread.currentThread());
