@@ -332,3 +332,41 @@ fn jp_example_on_jdk25() {
         assert_eq!(contexts(&p, false), jp_truth(), "--bba {bba}");
     }
 }
+
+/// Application classes only by default; `--include 'java.util.*'` brings JDK classes in, those
+/// loaded while the JVM started (ArrayList) by retransformation; `--exclude` wins over both.
+/// ArrayList.size() = aload_0, getfield, ireturn: 7 calls from main, 21 bytecodes.
+#[test]
+fn include_brings_jdk_classes_in_and_exclude_takes_them_out() {
+    let _g = serial();
+    let p = exact(None, &[], "ExactUtil");
+    let all = contexts(&p, false);
+    assert!(all.keys().all(|k| !k.contains("java.")), "{all:?}");
+    assert_eq!(all["ExactUtil.main"].0, 1);
+
+    let p = exact(None, &["--include", "java.util.*"], "ExactUtil");
+    let all = contexts(&p, false);
+    assert_eq!(all["ExactUtil.main;java.util.ArrayList.size"], (7, 21));
+    assert_eq!(all["ExactUtil.main;java.util.ArrayList.<init>"].0, 1);
+    let retransformed: u64 = p.meta.extra["exact_retransformed"].parse().unwrap();
+    assert!(retransformed >= 1, "{:?}", p.meta.extra);
+
+    let p = exact(
+        None,
+        &[
+            "--include",
+            "java.util.*",
+            "--exclude",
+            "java.util.ArrayList",
+        ],
+        "ExactUtil",
+    );
+    let all = contexts(&p, false);
+    assert!(
+        all.keys()
+            .all(|k| k.split(';').all(|f| !f.starts_with("java.util.ArrayList."))),
+        "{all:?}"
+    );
+    // ArrayList's constructor is not instrumented, so its superclass constructor hangs off main.
+    assert_eq!(all["ExactUtil.main;java.util.AbstractList.<init>"].0, 1);
+}
