@@ -31,6 +31,7 @@ use options::{Command, Options};
 use sampler::threads::ThreadTable;
 use session::{Context, Session};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex, OnceLock};
 
 /// Process-wide agent state, set once when the agent is first loaded or attached.
@@ -42,6 +43,19 @@ struct Globals {
 }
 
 static GLOBALS: OnceLock<Globals> = OnceLock::new();
+/// Set once JVMTI event callbacks point into this library. From then on Agent_OnAttach must
+/// return JNI_OK whatever happens: on an error HotSpot unloads the library, and the next event
+/// would jump into unmapped memory and crash the JVM. Failures are reported through files.
+static CALLBACKS_SET: AtomicBool = AtomicBool::new(false);
+
+/// The return code of Agent_OnAttach: an error only while the library may still be unloaded.
+fn attach_result(ok: bool) -> jni::jint {
+    if ok || CALLBACKS_SET.load(Ordering::Acquire) {
+        jni::JNI_OK
+    } else {
+        jni::JNI_ERR
+    }
+}
 /// tid → JNIEnv of every Java thread seen starting; read by the signal handler.
 static THREADS: LazyLock<ThreadTable> = LazyLock::new(|| ThreadTable::new(8192));
 /// tid → Java thread name, for naming CPU samples.
@@ -82,6 +96,7 @@ fn init_globals(vm: Vm, attached: bool) -> Result<&'static Globals, String> {
         })
         .map_err(|e| e.to_string())?;
     env.set_default_callbacks().map_err(|e| e.to_string())?;
+    CALLBACKS_SET.store(true, Ordering::Release);
     // ClassLoad must be enabled for AsyncGetCallTrace to work; ClassPrepare creates jmethodIDs.
     env.enable_events(&[
         Event::VmInit,
@@ -101,14 +116,13 @@ fn init_globals(vm: Vm, attached: bool) -> Result<&'static Globals, String> {
     }))
 }
 
-fn start_session(g: &Globals, options: Options) {
+fn start_session(g: &Globals, options: Options) -> Result<(), String> {
     // The lock is not held while the session starts: attaching the writer thread to the VM fires
     // ThreadStart on it, and that callback takes the lock.
     let previous = {
         let mut slot = SESSION.lock().unwrap_or_else(|e| e.into_inner());
         if slot.as_ref().is_some_and(|s| !s.finished()) {
-            say("a profiling session is already running; send `stop` first");
-            return;
+            return Err("a profiling session is already running; send `stop` first".into());
         }
         slot.take()
     };
@@ -120,13 +134,21 @@ fn start_session(g: &Globals, options: Options) {
             let mut slot = SESSION.lock().unwrap_or_else(|e| e.into_inner());
             if slot.is_some() {
                 drop(slot);
-                say("another session started at the same time; stopping this one");
                 let _ = s.stop();
-            } else {
-                *slot = Some(s);
+                return Err("another session started at the same time".into());
             }
+            *slot = Some(s);
+            Ok(())
         }
-        Err(e) => say(&format!("{e}; profiling is off, the application continues")),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reports a failed start: on stderr, and in the status file the CLI watches.
+fn report_start_failure(options_status: Option<&std::path::Path>, e: &str) {
+    say(&format!("{e}; profiling is off, the application continues"));
+    if let Some(path) = options_status {
+        let _ = std::fs::write(path, format!("error: {e}\n"));
     }
 }
 
@@ -177,10 +199,12 @@ fn attach_command(context: &AgentLoadContext<'_>, path: &std::path::Path, heap: 
         std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
     })();
     match result {
-        Ok(()) => jni::JNI_OK,
+        Ok(()) => attach_result(true),
         Err(e) => {
             say(&e);
-            jni::JNI_ERR
+            let json = serde_json::json!({ "error": e }).to_string();
+            let _ = std::fs::write(path, json);
+            attach_result(false)
         }
     }
 }
@@ -230,23 +254,29 @@ impl Agent for JvmprofAgent {
             Ok(Command::Start(o)) => *o,
             Err(e) => {
                 say(&format!("{e}; profiling is off, the application continues"));
-                return jni::JNI_ERR;
+                return attach_result(false);
             }
         };
+        let status = options.status.clone();
         let vm = Vm::from_ref(context.vm());
         let g = match init_globals(vm, true) {
             Ok(g) => g,
             Err(e) => {
-                say(&format!("{e}; profiling is off"));
-                return jni::JNI_ERR;
+                report_start_failure(status.as_deref(), &e);
+                return attach_result(false);
             }
         };
         // Classes loaded before the attach need jmethodIDs for AsyncGetCallTrace.
         if let Ok(jni) = vm.attach_current_thread_as_daemon(c"Attach Listener") {
             g.env.prepare_all_loaded_classes(&jni);
         }
-        start_session(g, options);
-        jni::JNI_OK
+        match start_session(g, options) {
+            Ok(()) => attach_result(true),
+            Err(e) => {
+                report_start_failure(status.as_deref(), &e);
+                attach_result(false)
+            }
+        }
     }
 
     fn vm_init(&self, context: CallbackContext<'_>, event: ThreadEvent) {
@@ -258,7 +288,10 @@ impl Agent for JvmprofAgent {
         }
         let pending = PENDING.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(options) = pending {
-            start_session(g, options);
+            let status = options.status.clone();
+            if let Err(e) = start_session(g, options) {
+                report_start_failure(status.as_deref(), &e);
+            }
         }
     }
 

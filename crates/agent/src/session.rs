@@ -358,7 +358,9 @@ struct Writer {
     stream: Option<Stream>,
     /// Tag → (thread, stack, estimated bytes, estimated objects) of sampled objects tracked for
     /// liveness (`live`); pruned as ObjectFree events arrive, bounded by MAX_TRACKED.
-    tracked: HashMap<i64, (u32, u32, u64, u64)>,
+    tracked: HashMap<i64, (u32, u32, f64, f64)>,
+    /// (tid, allocated type) → the fractions of estimated bytes and objects not yet added.
+    fractions: HashMap<(u32, String), (f64, f64)>,
     /// Java thread id → the order in which snapshots first saw the thread.
     thread_order: HashMap<i64, u64>,
     /// Exact mode's reader of the runtime's calling-context trees.
@@ -455,6 +457,7 @@ impl Writer {
             stream,
             thread_order: HashMap::new(),
             tracked: HashMap::new(),
+            fractions: HashMap::new(),
             exact,
         }
     }
@@ -565,10 +568,23 @@ impl Writer {
                 Kind::Alloc { class, size, tag } => {
                     let name = events::type_name(&class);
                     let w = events::sample_weight(size, interval);
-                    let (bytes, objects) = ((size as f64 * w).round() as u64, w.round() as u64);
+                    // Estimates are fractional; carry the remainder per thread and type so that
+                    // e.g. a weight of 1.16 per sample adds up instead of rounding to 1 each time.
+                    let carry = self.fractions.entry((e.tid, class.clone())).or_default();
+                    carry.0 += size as f64 * w;
+                    carry.1 += w;
+                    let (bytes, objects) = (carry.0.floor(), carry.1.floor());
+                    carry.0 -= bytes;
+                    carry.1 -= objects;
+                    let (bytes, objects) = (bytes as u64, objects as u64);
                     let v = self.values(&[(Metric::Bytes, bytes), (Metric::Objects, objects)]);
                     let leaf = Frame::synthetic(FrameKind::AllocatedType, &name);
-                    (leaf, ThreadState::Running, v, Some((tag, bytes, objects)))
+                    (
+                        leaf,
+                        ThreadState::Running,
+                        v,
+                        Some((tag, size as f64 * w, w)),
+                    )
                 }
                 Kind::Contended { class, ns } => {
                     let v = self.values(&[(Metric::LockNs, ns), (Metric::LockCount, 1)]);
@@ -625,15 +641,26 @@ impl Writer {
         self.ctx.env.force_garbage_collection();
         let tags: Vec<i64> = self.tracked.keys().copied().collect();
         let mut live = 0u64;
+        // Sum the unrounded estimates per site, then round once per site.
+        let mut sites: HashMap<(u32, u32), (f64, f64)> = HashMap::new();
         for chunk in tags.chunks(10_000) {
             for tag in self.ctx.env.live_tags(jni, chunk) {
                 if let Some(&(thread, stack, bytes, objects)) = self.tracked.get(&tag) {
-                    let v =
-                        self.values(&[(Metric::LiveBytes, bytes), (Metric::LiveObjects, objects)]);
-                    self.builder.add(thread, stack, ThreadState::Running, &v);
+                    let site = sites.entry((thread, stack)).or_default();
+                    site.0 += bytes;
+                    site.1 += objects;
                     live += 1;
                 }
             }
+        }
+        let mut sites: Vec<_> = sites.into_iter().collect();
+        sites.sort_by_key(|(k, _)| *k);
+        for ((thread, stack), (bytes, objects)) in sites {
+            let v = self.values(&[
+                (Metric::LiveBytes, bytes.round() as u64),
+                (Metric::LiveObjects, objects.round() as u64),
+            ]);
+            self.builder.add(thread, stack, ThreadState::Running, &v);
         }
         let extra = &mut self.builder.meta_mut().extra;
         extra.insert("live_sampled_objects".into(), live.to_string());
