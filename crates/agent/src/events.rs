@@ -116,19 +116,10 @@ impl Recorder {
     }
 
     pub fn on_contended_entered(&self, env: &Env, jni: &Jni, monitor: JObject) {
-        let Some(lock) = self.lock else { return };
         let since = BLOCKED_SINCE.with(|c| c.replace(0));
-        let ns = os::monotonic_ns().saturating_sub(since);
-        if since == 0 || ns < lock.threshold.as_nanos() as u64 {
-            return;
-        }
-        self.push(Event {
-            tid: os::gettid(),
-            stack: env.current_stack(self.depth),
-            kind: Kind::Contended {
-                class: env.object_class_signature(jni, monitor).unwrap_or_default(),
-                ns,
-            },
+        self.record_lock(env, jni, monitor, since, |class, ns| Kind::Contended {
+            class,
+            ns,
         });
     }
 
@@ -137,19 +128,33 @@ impl Recorder {
     }
 
     pub fn on_waited(&self, env: &Env, jni: &Jni, monitor: JObject) {
-        let Some(lock) = self.lock else { return };
         let since = WAITING_SINCE.with(|c| c.replace(0));
+        self.record_lock(env, jni, monitor, since, |class, ns| Kind::Wait {
+            class,
+            ns,
+        });
+    }
+
+    /// Records a contended entry or a wait that started at `since` (0: not seen starting), if it
+    /// lasted at least the lock threshold.
+    fn record_lock(
+        &self,
+        env: &Env,
+        jni: &Jni,
+        monitor: JObject,
+        since: u64,
+        kind: impl FnOnce(String, u64) -> Kind,
+    ) {
+        let Some(lock) = self.lock else { return };
         let ns = os::monotonic_ns().saturating_sub(since);
         if since == 0 || ns < lock.threshold.as_nanos() as u64 {
             return;
         }
+        let class = env.object_class_signature(jni, monitor).unwrap_or_default();
         self.push(Event {
             tid: os::gettid(),
             stack: env.current_stack(self.depth),
-            kind: Kind::Wait {
-                class: env.object_class_signature(jni, monitor).unwrap_or_default(),
-                ns,
-            },
+            kind: kind(class, ns),
         });
     }
 

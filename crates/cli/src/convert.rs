@@ -1,7 +1,7 @@
 //! `jvmprof convert IN -o OUT`: between the output formats (the input is recognized by content).
 
-use anyhow::{Context, Result, anyhow};
-use jvmprof_profile::{ExportOptions, Format, Metric};
+use anyhow::{Context, Result};
+use jvmprof_profile::{ExportOptions, Format};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -27,10 +27,7 @@ pub fn run(args: Args) -> Result<i32> {
         Some(f) => Format::parse(f)?,
         None => Format::from_path(&args.output)?,
     };
-    let metric = match &args.value {
-        Some(v) => Some(Metric::parse(v).ok_or_else(|| anyhow!("unknown --value '{v}'"))?),
-        None => None,
-    };
+    let metric = jvmprof_cli::value_metric(args.value.as_deref())?;
     let profile = jvmprof_profile::read_any(&args.input)?;
     let out = std::fs::File::create(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;

@@ -2,8 +2,8 @@
 //! methods whose share changed most; with `-o x.html` a differential flame graph (red: grew,
 //! blue: shrank); with `-o x.collapsed` the two-value `difffolded` format.
 
-use anyhow::{Context, Result, anyhow, bail};
-use jvmprof_profile::{ExportOptions, Format, Metric, diff, flamegraph};
+use anyhow::{Context, Result, bail};
+use jvmprof_profile::{ExportOptions, Format, diff, flamegraph};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -24,10 +24,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<i32> {
-    let metric = match &args.value {
-        Some(v) => Some(Metric::parse(v).ok_or_else(|| anyhow!("unknown --value '{v}'"))?),
-        None => None,
-    };
+    let metric = jvmprof_cli::value_metric(args.value.as_deref())?;
     let base = jvmprof_profile::read_any(&args.base)?;
     let new = jvmprof_profile::read_any(&args.new)?;
     let Some(output) = &args.output else {

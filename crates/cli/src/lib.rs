@@ -2,3 +2,17 @@
 //! `jvmprof_cli::...`) use. Subcommands stay in the binary.
 
 pub mod attach;
+
+/// The metric a `--value` option names (`None` when the option is absent).
+pub fn value_metric(value: Option<&str>) -> anyhow::Result<Option<jvmprof_profile::Metric>> {
+    value
+        .map(|v| {
+            jvmprof_profile::Metric::parse(v).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "unknown --value '{v}' (samples, ns, calls, bytecodes, bytes, objects, \
+                     live_bytes, live_objects, lock_ns, lock_count, wait_ns, wait_count, count)"
+                )
+            })
+        })
+        .transpose()
+}

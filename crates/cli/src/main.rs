@@ -25,6 +25,8 @@ struct Cli {
     command: Command,
 }
 
+// One value per process run: the size difference between variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run a JVM under the profiler (`-- java ...`) or attach to one (`--pid`).

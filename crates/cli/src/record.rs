@@ -6,7 +6,7 @@
 
 use anyhow::{Context, Result, anyhow, bail};
 use jvmprof_cli::attach;
-use jvmprof_profile::{ExportOptions, Format, Metric};
+use jvmprof_profile::{ExportOptions, Format};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
@@ -85,10 +85,7 @@ pub fn run(args: Args) -> Result<i32> {
         Some(f) => Format::parse(f)?,
         None => Format::from_path(&args.output)?,
     };
-    let metric = match &args.value {
-        Some(v) => Some(Metric::parse(v).ok_or_else(|| anyhow!("unknown --value '{v}'"))?),
-        None => None,
-    };
+    let metric = jvmprof_cli::value_metric(args.value.as_deref())?;
     let agent = find_agent(args.agent.as_deref())?;
     let work = TempDir::new()?;
     let native = work.path.join("profile.jvmprof");

@@ -1,7 +1,6 @@
 //! `jvmprof report FILE`: top methods by self and total, with the run's metadata.
 
-use anyhow::{Result, anyhow};
-use jvmprof_profile::Metric;
+use anyhow::Result;
 use jvmprof_profile::report::{ReportOptions, text};
 use std::path::PathBuf;
 
@@ -22,10 +21,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<i32> {
     let profile = jvmprof_profile::read_any(&args.file)?;
-    let metric = match &args.value {
-        Some(v) => Some(Metric::parse(v).ok_or_else(|| anyhow!("unknown --value '{v}'"))?),
-        None => None,
-    };
+    let metric = jvmprof_cli::value_metric(args.value.as_deref())?;
     let options = ReportOptions {
         metric,
         top: args.top,

@@ -426,39 +426,12 @@ impl Env {
         .unwrap_or_default()
     }
 
-    /// A thread's stack, top frame first.
-    pub fn thread_stack(&self, thread: JThread, max_depth: i32) -> Vec<(MethodId, i64)> {
-        // SAFETY: `thread` is a live local reference (JThread contract).
-        unsafe { self.jvmti().get_stack_trace(thread.0, 0, max_depth) }
-            .map(|frames| {
-                frames
-                    .iter()
-                    .map(|f| (MethodId(f.method as usize), f.location))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
     /// A class's signature (`Ljava/lang/String;`, `[B`).
     pub fn class_signature(&self, class: JClass) -> Option<String> {
         // SAFETY: `class` is a live local reference (JClass contract).
         unsafe { self.jvmti().get_class_signature(class.0) }
             .ok()
             .map(|(s, _)| s)
-    }
-
-    /// A thread's JVMTI state bits (see [`thread_state`]).
-    pub fn thread_state(&self, thread: JThread) -> i32 {
-        // SAFETY: `thread` is a live local reference (JThread contract).
-        unsafe { self.jvmti().get_thread_state(thread.0) }.unwrap_or(0)
-    }
-
-    /// All live threads, as local references.
-    pub fn all_threads(&self) -> Vec<JThread> {
-        self.jvmti()
-            .get_all_threads()
-            .map(|v| v.into_iter().map(JThread).collect())
-            .unwrap_or_default()
     }
 
     /// A thread's name (the ThreadInfo's extra local references are released).

@@ -350,6 +350,78 @@ pub fn text(profile: &Profile, options: &ReportOptions) -> String {
     out
 }
 
+/// How many allocating frames a site shows (HPROF's default trace depth was 4).
+const SITE_FRAMES: usize = 3;
+
+/// HPROF's SITES table for allocation profiles: one row per (allocated type, top allocating
+/// frames), ranked by live bytes when the profile has them, else by allocated bytes.
+fn sites(profile: &Profile, top: usize, out: &mut String) {
+    let idx = |m| profile.metric_index(m);
+    let (Some(bytes), Some(objects)) = (idx(Metric::Bytes), idx(Metric::Objects)) else {
+        return;
+    };
+    let live = idx(Metric::LiveBytes).zip(idx(Metric::LiveObjects));
+    // (class, frames) -> [live bytes, live objects, bytes, objects]
+    let mut rows: std::collections::HashMap<(String, Vec<String>), [u64; 4]> = Default::default();
+    for s in &profile.samples {
+        if s.values[bytes] == 0 && live.is_none_or(|(lb, _)| s.values[lb] == 0) {
+            continue;
+        }
+        let frames: Vec<_> = profile.stack_frames(s.stack).collect();
+        let Some((leaf, callers)) = frames.split_last() else {
+            continue;
+        };
+        let site: Vec<String> = callers
+            .iter()
+            .rev()
+            .take(SITE_FRAMES)
+            .map(|f| f.name())
+            .collect();
+        let row = rows.entry((leaf.name(), site)).or_default();
+        if let Some((lb, lo)) = live {
+            row[0] += s.values[lb];
+            row[1] += s.values[lo];
+        }
+        row[2] += s.values[bytes];
+        row[3] += s.values[objects];
+    }
+    let rank_by = if live.is_some() { 0 } else { 2 };
+    let mut rows: Vec<_> = rows.into_iter().collect();
+    rows.sort_by(|a, b| b.1[rank_by].cmp(&a.1[rank_by]).then(a.0.cmp(&b.0)));
+    let total: u64 = rows.iter().map(|r| r.1[rank_by]).sum();
+    let _ = writeln!(
+        out,
+        "SITES ranked by {} bytes (estimated from sampled allocations):",
+        if live.is_some() { "live" } else { "allocated" }
+    );
+    let _ = writeln!(
+        out,
+        " rank   self  accum   live bytes  live objs  alloc bytes  alloc objs  class / allocated at"
+    );
+    let mut accum = 0u64;
+    for (i, ((class, site), v)) in rows.iter().take(top).enumerate() {
+        accum += v[rank_by];
+        let _ = writeln!(
+            out,
+            "{:>5} {:>6} {:>6} {:>12} {:>10} {:>12} {:>11}  {class}",
+            i + 1,
+            percent(v[rank_by], total),
+            percent(accum, total),
+            v[0],
+            v[1],
+            v[2],
+            v[3]
+        );
+        for f in site {
+            let _ = writeln!(out, "{:>70}at {f}", "");
+        }
+    }
+    if rows.len() > top {
+        let _ = writeln!(out, "  ... {} more sites", rows.len() - top);
+    }
+    out.push('\n');
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,76 +568,4 @@ Top methods by total samples (callees included, once per stack):
         assert!(text.ends_with("(the profile has no metric)\n"), "{text}");
         assert!(text.contains("walk failures:   0\n"));
     }
-}
-
-/// How many allocating frames a site shows (HPROF's default trace depth was 4).
-const SITE_FRAMES: usize = 3;
-
-/// HPROF's SITES table for allocation profiles: one row per (allocated type, top allocating
-/// frames), ranked by live bytes when the profile has them, else by allocated bytes.
-fn sites(profile: &Profile, top: usize, out: &mut String) {
-    let idx = |m| profile.metric_index(m);
-    let (Some(bytes), Some(objects)) = (idx(Metric::Bytes), idx(Metric::Objects)) else {
-        return;
-    };
-    let live = idx(Metric::LiveBytes).zip(idx(Metric::LiveObjects));
-    // (class, frames) -> [live bytes, live objects, bytes, objects]
-    let mut rows: std::collections::HashMap<(String, Vec<String>), [u64; 4]> = Default::default();
-    for s in &profile.samples {
-        if s.values[bytes] == 0 && live.is_none_or(|(lb, _)| s.values[lb] == 0) {
-            continue;
-        }
-        let frames: Vec<_> = profile.stack_frames(s.stack).collect();
-        let Some((leaf, callers)) = frames.split_last() else {
-            continue;
-        };
-        let site: Vec<String> = callers
-            .iter()
-            .rev()
-            .take(SITE_FRAMES)
-            .map(|f| f.name())
-            .collect();
-        let row = rows.entry((leaf.name(), site)).or_default();
-        if let Some((lb, lo)) = live {
-            row[0] += s.values[lb];
-            row[1] += s.values[lo];
-        }
-        row[2] += s.values[bytes];
-        row[3] += s.values[objects];
-    }
-    let rank_by = if live.is_some() { 0 } else { 2 };
-    let mut rows: Vec<_> = rows.into_iter().collect();
-    rows.sort_by(|a, b| b.1[rank_by].cmp(&a.1[rank_by]).then(a.0.cmp(&b.0)));
-    let total: u64 = rows.iter().map(|r| r.1[rank_by]).sum();
-    let _ = writeln!(
-        out,
-        "SITES ranked by {} bytes (estimated from sampled allocations):",
-        if live.is_some() { "live" } else { "allocated" }
-    );
-    let _ = writeln!(
-        out,
-        " rank   self  accum   live bytes  live objs  alloc bytes  alloc objs  class / allocated at"
-    );
-    let mut accum = 0u64;
-    for (i, ((class, site), v)) in rows.iter().take(top).enumerate() {
-        accum += v[rank_by];
-        let _ = writeln!(
-            out,
-            "{:>5} {:>6} {:>6} {:>12} {:>10} {:>12} {:>11}  {class}",
-            i + 1,
-            percent(v[rank_by], total),
-            percent(accum, total),
-            v[0],
-            v[1],
-            v[2],
-            v[3]
-        );
-        for f in site {
-            let _ = writeln!(out, "{:>70}at {f}", "");
-        }
-    }
-    if rows.len() > top {
-        let _ = writeln!(out, "  ... {} more sites", rows.len() - top);
-    }
-    out.push('\n');
 }
