@@ -127,7 +127,11 @@ pub fn run(args: Args) -> Result<i32> {
             if let Some(d) = &args.duration {
                 options.push_str(&format!(",duration={d}"));
             }
-            attach_and_record(pid, &agent, &options, &native, &status)?;
+            let duration = args
+                .duration
+                .as_deref()
+                .and_then(|d| humantime::parse_duration(d).ok());
+            attach_and_record(pid, &agent, &options, &native, &status, duration)?;
             0
         }
         None => launch(&args.command, &agent, &options, &status)?,
@@ -220,6 +224,7 @@ fn attach_and_record(
     options: &str,
     native: &Path,
     status: &Path,
+    duration: Option<Duration>,
 ) -> Result<()> {
     let interrupted = ignore_interrupts()?;
     attach::load_agent(pid, agent, options)
@@ -228,6 +233,8 @@ fn attach_and_record(
     let progress = Progress::new(status);
     let mut stop_sent = false;
     let mut deadline: Option<Instant> = None;
+    // With --duration the agent writes when it ends: allow a minute more, then give up.
+    let overall = duration.map(|d| Instant::now() + d + Duration::from_secs(60));
     while !native.exists() {
         if let Some(e) = std::fs::read_to_string(status)
             .ok()
@@ -236,12 +243,15 @@ fn attach_and_record(
             progress.clear();
             bail!("the agent in process {pid} could not start profiling: {e}");
         }
-        let alive = Path::new(&format!("/proc/{pid}")).exists();
+        let alive = is_running(pid);
         if interrupted.load(Ordering::Relaxed) && !stop_sent && alive {
             progress.clear();
             eprintln!("jvmprof: stopping");
             attach::load_agent(pid, agent, "stop").context("cannot send stop to the agent")?;
             stop_sent = true;
+        }
+        if overall.is_some_and(|o| Instant::now() > o) {
+            bail!("process {pid} wrote no profile by the end of --duration plus 60 s");
         }
         if !alive || stop_sent {
             // The agent writes at stop or at VM death; allow it a moment.
@@ -255,6 +265,22 @@ fn attach_and_record(
     }
     progress.clear();
     Ok(())
+}
+
+/// Whether `pid` is still a running process (a zombie — exited, not yet reaped by its parent —
+/// still has a /proc entry but will never write anything).
+fn is_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            // The state follows the command name in parentheses, which may contain spaces.
+            let after = &s[s.rfind(')')? + 1..];
+            after
+                .split_whitespace()
+                .next()
+                .map(|state| state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
 }
 
 /// Ctrl-C goes to the whole foreground process group: the JVM shuts down (and writes its profile)
