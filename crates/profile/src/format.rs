@@ -302,15 +302,18 @@ mod tests {
         assert_eq!(default_metric(&p), None);
     }
 
-    fn temp_dir() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("jvmprof-profile-test-{}", std::process::id()));
+    /// A directory of this test's own (tests run in parallel; none may remove another's files).
+    fn temp_dir(test: &str) -> PathBuf {
+        let dir = std::env::temp_dir()
+            .join(format!("jvmprof-profile-test-{}", std::process::id()))
+            .join(test);
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }
 
     #[test]
     fn read_any_recognizes_content_not_extension() {
-        let dir = temp_dir();
+        let dir = temp_dir("content");
         let p = sample_profile();
         let options = ExportOptions::default();
         for (format, file) in [
@@ -342,8 +345,7 @@ mod tests {
 
     #[test]
     fn read_errors_name_the_file() {
-        let dir = temp_dir().join("errors");
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = temp_dir("errors");
         let missing = dir.join("missing.jvmprof");
         let e = read_any(&missing).unwrap_err();
         assert!(
