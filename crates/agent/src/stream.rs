@@ -18,7 +18,7 @@
 //! like the session's own profile; the queue holds at most [`MAX_QUEUED_BYTES`] (estimated),
 //! dropping the oldest items and counting them; the counts go to the collector on reconnect.
 
-use jvmprof_profile::{Frame, Profile, ThreadState};
+use jvmprof_profile::{Frame, Profile};
 use jvmprof_proto::{
     Encoder, Hello, Message, Reply, SampleBatch, SampleDelta, Snapshot, Tables, ThreadDump, VERSION,
 };
@@ -53,20 +53,9 @@ pub struct Handshake {
     pub start_unix_ms: u64,
 }
 
-/// One thread in a snapshot (xdProf: id, name, group, state, logical start order, frames).
-#[derive(Clone, Debug)]
-pub struct ThreadSnapshot {
-    /// `Thread.getId()`.
-    pub id: i64,
-    pub name: String,
-    pub group: String,
-    pub daemon: bool,
-    pub state: ThreadState,
-    /// The order in which the agent first saw the thread (0, 1, 2, ...).
-    pub order: u64,
-    /// Top of stack first, with line numbers.
-    pub frames: Vec<Frame>,
-}
+/// One thread in a snapshot (xdProf: id, name, group, daemon, state, logical start order, frames
+/// top first with line numbers): the protocol's thread record with resolved frames.
+pub type ThreadSnapshot = jvmprof_proto::ThreadDump<Frame>;
 
 #[derive(Clone, Debug)]
 pub struct StreamOptions {
@@ -679,7 +668,7 @@ fn read_reply(sock: &mut TcpStream) -> Result<Reply, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jvmprof_profile::{Meta, Metric, ProfileBuilder, Thread};
+    use jvmprof_profile::{Meta, Metric, ProfileBuilder, Thread, ThreadState};
     use jvmprof_proto::{Decoder, Event};
     use std::net::TcpListener;
 
