@@ -218,8 +218,10 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "token" => o.token = Some(need()?.to_string()),
             "refresh" => {
                 o.refresh = parse_duration(need()?)?;
-                if o.refresh < Duration::from_millis(10) {
-                    return Err("refresh must be at least 10ms".into());
+                // At most a minute: a snapshot is also what keeps the connection alive (the
+                // collector closes connections silent for five minutes).
+                if o.refresh < Duration::from_millis(10) || o.refresh > Duration::from_secs(60) {
+                    return Err("refresh must be between 10ms and 60s".into());
                 }
             }
             "format" => o.format = Some(need()?.to_string()),
@@ -403,6 +405,10 @@ mod tests {
         let s = start("server=127.0.0.1:7878,refresh=500ms,token=abc");
         assert_eq!(s.server.as_deref(), Some("127.0.0.1:7878"));
         assert_eq!(s.refresh, Duration::from_millis(500));
+        for bad in ["refresh=5ms", "refresh=61s"] {
+            let e = parse(&format!("server=127.0.0.1:7878,{bad}")).unwrap_err();
+            assert!(e.contains("between 10ms and 60s"), "{bad}: {e}");
+        }
         assert_eq!(s.file, None, "streaming alone writes no file");
         assert!(
             start("").file.is_some(),

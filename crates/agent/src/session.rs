@@ -101,10 +101,11 @@ impl Shared {
         for tid in &live {
             self.arm(*tid);
         }
+        let own = self.own_tids.lock().unwrap().clone();
         self.timers
             .lock()
             .unwrap()
-            .retain(|tid, _| live.contains(tid));
+            .retain(|tid, _| live.contains(tid) && !own.contains(tid));
     }
 }
 
@@ -300,6 +301,10 @@ fn writer_main(
         jni.with_local_frame(64, || w.tick(&jni));
         if last_housekeeping.elapsed() >= HOUSEKEEPING_EVERY {
             last_housekeeping = Instant::now();
+            if let Some(tid) = w.stream.as_ref().and_then(|s| s.io_tid()) {
+                // The stream's I/O thread is ours: no CPU timer (its SIGPROF is blocked anyway).
+                shared.own_tids.lock().unwrap().insert(tid);
+            }
             shared.reconcile_timers();
             w.write_status(started.elapsed());
             if w.stream.is_some() {

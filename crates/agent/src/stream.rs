@@ -25,6 +25,7 @@ use jvmprof_proto::{
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -180,6 +181,8 @@ impl Outbox {
 struct Shared {
     outbox: Mutex<Outbox>,
     wake: Condvar,
+    /// The I/O thread's kernel tid once it runs (0 before), so the sampler can leave it alone.
+    io_tid: AtomicU32,
 }
 
 impl Shared {
@@ -213,6 +216,7 @@ impl Stream {
         let shared = Arc::new(Shared {
             outbox: Mutex::new(Outbox::default()),
             wake: Condvar::new(),
+            io_tid: AtomicU32::new(0),
         });
         let os = if handshake.os.trim().is_empty() {
             // JVMTI may not offer os.name this early: ask the kernel.
@@ -247,6 +251,9 @@ impl Stream {
             .name("jvmprof stream".into())
             .spawn(move || {
                 jvmprof_jvmti::os::block_sampling_signal_in_current_thread();
+                io_shared
+                    .io_tid
+                    .store(jvmprof_jvmti::os::gettid(), Ordering::Relaxed);
                 Connection::new(server, hello, io_shared).run()
             });
         if let Err(e) = spawned {
@@ -265,6 +272,11 @@ impl Stream {
             threads: 0,
             sent_values: Vec::new(),
         }
+    }
+
+    /// The kernel tid of the I/O thread, once it has started.
+    pub fn io_tid(&self) -> Option<u32> {
+        Some(self.shared.io_tid.load(Ordering::Relaxed)).filter(|t| *t != 0)
     }
 
     /// The stream id of `frame`, adding it to `new` when it is new.
