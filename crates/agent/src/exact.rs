@@ -7,17 +7,18 @@
 //!   capabilities are added.
 //! - At VMInit the runtime is loaded and initialized, the ClassFileLoadHook is turned on, and
 //!   already loaded classes that `include` brings in are retransformed.
-//! - In the ClassFileLoadHook the class-file engine (crates/classfile) adds basic-block counters
-//!   (`block(n)`, default or precise blocks) and then entry/exit probes (`enter(id)`,
-//!   `exit(id)` before every return and in a catch-all handler that rethrows). A class the
-//!   engine cannot rewrite is left unchanged and listed; the hook never fails class loading.
+//! - In the ClassFileLoadHook the class-file engine (crates/classfile, pass `Exact`) rewrites
+//!   each method: `node = open(id)` first, a per-block bytecode sum in a local (default or
+//!   precise blocks) handed to the node before calls and at every exit (`count`, `close`, the
+//!   latter also in a catch-all handler that rethrows), `restore(node)` in exception handlers.
+//!   A class the engine cannot rewrite is left unchanged and listed; the hook never fails
+//!   class loading.
 //! - The writer thread reads the trees through JNI ([`Collector::merge`]) at the end, and
 //!   periodically when streaming, adding what grew since its last look.
 
 use crate::options::{Bba, ExactOptions};
+use jvmprof_classfile::bba::Mode;
 use jvmprof_classfile::instrument::{self, MethodTable, Probes as Pass};
-use jvmprof_classfile::opcodes::INVOKESTATIC;
-use jvmprof_classfile::{ClassFile, Code, Insn};
 use jvmprof_jvmti::classes::GlobalRef;
 use jvmprof_jvmti::{Env, Event, JObject, Jni};
 use jvmprof_profile::{Frame, FrameKind, ProfileBuilder, Thread, ThreadState};
@@ -68,7 +69,7 @@ struct Tables {
     methods: MethodTable,
     /// Class (or method) → why it was left unchanged.
     skipped: BTreeMap<String, String>,
-    /// Constructors whose super()/this() call (and the code before it) counts in the caller.
+    /// Methods rewritten with a caveat (constructors without an exit handler).
     ctor_notes: Vec<String>,
 }
 
@@ -347,100 +348,20 @@ pub fn class_prepared(env: &Env, class: jvmprof_jvmti::JClass) {
     );
 }
 
-/// Counters first (so the engine's block analysis sees only the original code), then entry and
-/// exit probes, then the constructor fix-up. Returns the bytes and the methods given probes.
+/// One pass of the class-file engine: context probes and bytecode counters together. Returns
+/// the bytes and the number of methods given probes.
 fn rewrite(data: &[u8], bba: Bba, t: &mut Tables) -> Result<(Vec<u8>, usize), String> {
-    let pass = match bba {
-        Bba::Default => Pass::Bytecodes,
-        Bba::Precise => Pass::BytecodesPrecise,
+    let mode = match bba {
+        Bba::Default => Mode::Default,
+        Bba::Precise => Mode::Precise,
     };
-    let counted = instrument::instrument_class(data, pass, &mut t.methods)
-        .map_err(|e| format!("bytecode counters: {e}"))?;
-    for m in &counted.skipped {
-        t.skipped.insert(m.clone(), "no bytecode counters".into());
+    let out = instrument::instrument_class(data, Pass::Exact(mode), &mut t.methods)
+        .map_err(|e| e.to_string())?;
+    for m in &out.skipped {
+        t.skipped.insert(m.clone(), "not instrumented".into());
     }
-    let probed = instrument::instrument_class(&counted.bytes, Pass::Calls, &mut t.methods)
-        .map_err(|e| format!("entry/exit probes: {e}"))?;
-    for m in &probed.skipped {
-        t.skipped.insert(m.clone(), "no entry/exit probes".into());
-    }
-    let bytes = fix_constructors(&probed.bytes, &mut t.ctor_notes)
-        .map_err(|e| format!("constructor fix-up: {e}"))?;
-    Ok((bytes, probed.rewritten))
-}
-
-/// In a constructor the engine puts the entry probe after the super()/this() call (a handler
-/// may not cover code where `this` is uninitialized), so a superclass constructor and the block
-/// counters before the call would count into the caller's context. When the code before the
-/// entry probe is straight-line (the usual case) the entry probe moves to the very start: the
-/// superclass constructor becomes the constructor's child, as in the source. The catch-all exit
-/// handler still starts after the super()/this() call: if that call (or its arguments) throws,
-/// the context is closed by the next exit of an enclosing instrumented frame instead. Otherwise
-/// nothing moves and the constructor is noted.
-fn fix_constructors(data: &[u8], notes: &mut Vec<String>) -> Result<Vec<u8>, String> {
-    let mut cf = ClassFile::read(data).map_err(|e| e.to_string())?;
-    let mut changed = false;
-    for i in 0..cf.methods.len() {
-        if cf.member_name(&cf.methods[i]) != "<init>" {
-            continue;
-        }
-        let Some(mut code) = Code::read(&cf, i).map_err(|e| e.to_string())? else {
-            continue;
-        };
-        let is_enter = |insn: &Insn| match insn {
-            Insn::Ref { op, index } if *op == INVOKESTATIC => cf
-                .constant_pool
-                .member_ref(*index)
-                .is_some_and(|(c, n, d)| c == RUNTIME && n == "enter" && d == "(I)V"),
-            _ => false,
-        };
-        let Some(enter) = code.insns.iter().position(is_enter) else {
-            continue;
-        };
-        if enter < 2 {
-            continue; // already at the start (java.lang.Object has no super() call)
-        }
-        if push_value(&code.insns[enter - 1], &cf).is_none() {
-            return Err("unexpected entry probe".into());
-        }
-        let mut targets: Vec<_> = code.insns.iter().flat_map(Insn::targets).collect();
-        targets.extend(
-            code.handlers
-                .iter()
-                .flat_map(|h| [h.start, h.end, h.handler]),
-        );
-        let straight = code.insns[..enter - 1].iter().all(|x| match x {
-            Insn::Label(l) => !targets.contains(l),
-            other => other.targets().is_empty(),
-        });
-        if !straight {
-            notes.push(format!(
-                "{}.<init>{}",
-                cf.name().replace('/', "."),
-                cf.member_descriptor(&cf.methods[i])
-            ));
-            continue;
-        }
-        let probe: Vec<Insn> = code.insns.drain(enter - 1..=enter).collect();
-        code.insns.splice(0..0, probe);
-        cf.set_code(i, &code).map_err(|e| e.what)?;
-        changed = true;
-    }
-    Ok(if changed { cf.write() } else { data.to_vec() })
-}
-
-/// The int an instruction pushes, for the counters' constant operand.
-fn push_value(insn: &Insn, cf: &ClassFile) -> Option<i32> {
-    match insn {
-        Insn::Simple(op @ 0x02..=0x08) => Some(i32::from(*op) - 3),
-        Insn::Bipush(v) => Some(i32::from(*v)),
-        Insn::Sipush(v) => Some(i32::from(*v)),
-        Insn::Ldc { index, .. } => match cf.constant_pool.get(*index)? {
-            jvmprof_classfile::Constant::Integer(v) => Some(*v),
-            _ => None,
-        },
-        _ => None,
-    }
+    t.ctor_notes.extend(out.notes);
+    Ok((out.bytes, out.rewritten))
 }
 
 /// Facts for the profile's metadata.
@@ -481,7 +402,7 @@ pub fn meta(extra: &mut BTreeMap<String, String>) {
         "exact_skipped_count".into(),
         (t.skipped.len() as u64 + s.skipped_overflow.load(Ordering::Relaxed)).to_string(),
     );
-    extra.insert("exact_ctor_caller_counted".into(), t.ctor_notes.join("\n"));
+    extra.insert("exact_notes".into(), t.ctor_notes.join("\n"));
 }
 
 /// Reads the runtime's trees into a profile, adding what grew since the last merge.

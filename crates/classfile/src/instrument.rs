@@ -1,10 +1,11 @@
 //! Instrumentation passes over whole classes: `none` (round trip, optionally with every method
 //! re-laid out through the IR), method entry/exit probes with a try/finally wrapper for
-//! exceptional exits, and per-basic-block bytecode counters (default and precise).
+//! exceptional exits, per-basic-block bytecode counters (default and precise), and the
+//! combined calling-context pass the agent's exact mode uses ([`Probes::Exact`]).
 //!
 //! Injected code is frame-neutral (it leaves the operand stack as it found it and adds no merge
-//! point), so the existing frames only need relocating; the one new frame, at the exit
-//! handler, is all-Top locals and `[java/lang/Throwable]` on the stack.
+//! point), so the existing frames only need relocating (plus new locals declared in them); the
+//! one new frame is at the exit handler, with `[java/lang/Throwable]` on the stack.
 
 use crate::bba::{self, Mode};
 use crate::class::{ACC_MODULE, ClassFile};
@@ -30,6 +31,14 @@ pub enum Probes {
     Bytecodes,
     /// The same with precise blocks.
     BytecodesPrecise,
+    /// Calling-context profiling in one pass (the agent's exact mode): the method's context node
+    /// is kept in a new local (`node = Probes.open(id)`), executed bytecodes are summed per
+    /// basic block in a second, `long` local (register arithmetic once compiled) and added to the
+    /// node before every call (`Probes.count(node, n)`), on return and on exceptional exit
+    /// (`Probes.close(node, n)`, which also makes the caller's context current again); every
+    /// exception handler starts with `Probes.restore(node)`, so a frame that catches an
+    /// exception is current again whatever the frames between it and the thrower did.
+    Exact(Mode),
 }
 
 impl std::str::FromStr for Probes {
@@ -41,9 +50,11 @@ impl std::str::FromStr for Probes {
             "calls" => Probes::Calls,
             "bytecodes" => Probes::Bytecodes,
             "bytecodes-precise" => Probes::BytecodesPrecise,
+            "exact" => Probes::Exact(Mode::Default),
+            "exact-precise" => Probes::Exact(Mode::Precise),
             _ => {
                 return Err(format!(
-                    "unknown probes '{s}' (none|relayout|calls|bytecodes|bytecodes-precise)"
+                    "unknown probes '{s}' (none|relayout|calls|bytecodes|bytecodes-precise|exact|exact-precise)"
                 ));
             }
         })
@@ -65,6 +76,8 @@ pub struct Outcome {
     pub rewritten: usize,
     /// Methods left unchanged, with the reason.
     pub skipped: Vec<String>,
+    /// Methods rewritten with a caveat, with the caveat.
+    pub notes: Vec<String>,
 }
 
 /// Instruments one class file.
@@ -74,6 +87,7 @@ pub fn instrument_class(data: &[u8], probes: Probes, table: &mut MethodTable) ->
         bytes: Vec::new(),
         rewritten: 0,
         skipped: Vec::new(),
+        notes: Vec::new(),
     };
     let class_name = cf.name();
     if probes == Probes::None
@@ -88,7 +102,12 @@ pub fn instrument_class(data: &[u8], probes: Probes, table: &mut MethodTable) ->
         let mname = cf.member_name(m);
         let desc = cf.member_descriptor(m);
         let pool_len = cf.constant_pool.len();
-        let result = rewrite_method(&mut cf, i, probes, table, &class_name, &mname);
+        let mut note = None;
+        let result = rewrite_method(&mut cf, i, probes, table, &class_name, &mname, &mut note);
+        if let Some(note) = note {
+            out.notes
+                .push(format!("{class_name}.{mname}{desc}: {note}"));
+        }
         match result {
             Ok(true) => out.rewritten += 1,
             Ok(false) => {}
@@ -110,21 +129,26 @@ fn rewrite_method(
     table: &mut MethodTable,
     class_name: &str,
     mname: &str,
+    note: &mut Option<String>,
 ) -> std::result::Result<bool, String> {
     let Some(mut code) = Code::read(cf, i).map_err(|e| e.to_string())? else {
         return Ok(false);
     };
+    let name = || format!("{}.{}", class_name.replace('/', "."), mname);
     match probes {
         Probes::None | Probes::Relayout => {}
         Probes::Calls => {
             let id = table.names.len() as i32;
             add_calls(cf, &mut code, id, mname == "<init>")?;
-            table
-                .names
-                .push(format!("{}.{}", class_name.replace('/', "."), mname));
+            table.names.push(name());
         }
         Probes::Bytecodes => add_block_counters(cf, &mut code, Mode::Default)?,
         Probes::BytecodesPrecise => add_block_counters(cf, &mut code, Mode::Precise)?,
+        Probes::Exact(mode) => {
+            let id = table.names.len() as i32;
+            *note = add_contexts(cf, &mut code, id, mname == "<init>", mode)?;
+            table.names.push(name());
+        }
     }
     cf.set_code(i, &code).map_err(|e| e.what)?;
     Ok(true)
@@ -277,4 +301,223 @@ fn add_block_counters(
     code.insert_many(inserts);
     code.max_stack = code.max_stack.checked_add(1).ok_or("max_stack overflow")?;
     Ok(())
+}
+
+/// Descriptor of the runtime's context node.
+const NODE_CLASS: &str = "jvmprof/runtime/Probes$Node";
+
+const LCONST_0: u8 = 0x09;
+const LLOAD: u8 = 0x16;
+const ALOAD: u8 = 0x19;
+const LSTORE: u8 = 0x37;
+const ASTORE: u8 = 0x3a;
+const LADD: u8 = 0x61;
+const I2L: u8 = 0x85;
+const INVOKEVIRTUAL: u8 = 0xb6;
+
+fn is_invoke(insn: &Insn) -> bool {
+    matches!(
+        insn,
+        Insn::Ref {
+            op: INVOKEVIRTUAL | INVOKESPECIAL | INVOKESTATIC,
+            ..
+        } | Insn::InvokeInterface { .. }
+            | Insn::InvokeDynamic { .. }
+    )
+}
+
+/// The [`Probes::Exact`] pass for one method. The entry probe is the very first code, also in a
+/// constructor (a static call is allowed before `super()`), so the superclass constructor is
+/// the constructor's child; the catch-all exit handler starts after the `super()`/`this()` call
+/// (a handler may not cover code where `this` is uninitialized). When no such point exists
+/// (control flow crosses the call) the constructor gets no catch-all handler, and the returned
+/// note says that an exception leaving it is closed by the frame that catches it.
+fn add_contexts(
+    cf: &mut ClassFile,
+    code: &mut Code,
+    id: i32,
+    ctor: bool,
+    mode: Mode,
+) -> std::result::Result<Option<String>, String> {
+    let node_class = cf.constant_pool.add_class(NODE_CLASS).map_err(|x| x.what)?;
+    let node_desc = format!("L{NODE_CLASS};");
+    let open = cf
+        .constant_pool
+        .add_methodref(RUNTIME_CLASS, "open", &format!("(I){node_desc}"))
+        .map_err(|x| x.what)?;
+    let close = cf
+        .constant_pool
+        .add_methodref(RUNTIME_CLASS, "close", &format!("({node_desc}J)V"))
+        .map_err(|x| x.what)?;
+    let count = cf
+        .constant_pool
+        .add_methodref(RUNTIME_CLASS, "count", &format!("({node_desc}J)V"))
+        .map_err(|x| x.what)?;
+    let restore = cf
+        .constant_pool
+        .add_methodref(RUNTIME_CLASS, "restore", &format!("({node_desc})V"))
+        .map_err(|x| x.what)?;
+    // Where the catch-all handler starts: after super()/this() in a constructor.
+    let mut note = None;
+    let handler_from = if ctor && cf.super_class != 0 {
+        match constructor_init_call(cf, code) {
+            Ok(p) => Some(p + 1),
+            Err(why) => {
+                note = Some(format!(
+                    "no exit handler ({why}): an exception leaving it is closed by the frame that catches it"
+                ));
+                None
+            }
+        }
+    } else {
+        Some(0)
+    };
+    let original_locals = code.max_locals;
+    let blocks = bba::basic_blocks(code, mode);
+    let counter = code.add_local(VType::Long).map_err(|x| x.what)?;
+    let node = code
+        .add_local(VType::Object(node_class))
+        .map_err(|x| x.what)?;
+    let push_node = Insn::Local {
+        op: ALOAD,
+        index: node,
+    };
+    let push_count = Insn::Local {
+        op: LLOAD,
+        index: counter,
+    };
+    let reset = [
+        Insn::Simple(LCONST_0),
+        Insn::Local {
+            op: LSTORE,
+            index: counter,
+        },
+    ];
+
+    // Original code positions → code to run just before the instruction there.
+    let mut inserts: std::collections::BTreeMap<usize, Vec<Insn>> = Default::default();
+    let first_real = |code: &Code, label| {
+        let at = code
+            .insns
+            .iter()
+            .position(|x| matches!(x, Insn::Label(l) if *l == label))?;
+        (at..code.insns.len()).find(|&i| !matches!(code.insns[i], Insn::Label(_)))
+    };
+    for h in &code.handlers {
+        if let Some(at) = first_real(code, h.handler) {
+            let v = inserts.entry(at).or_default();
+            if v.is_empty() {
+                v.extend([
+                    push_node.clone(),
+                    Insn::Ref {
+                        op: INVOKESTATIC,
+                        index: restore,
+                    },
+                ]);
+            }
+        }
+    }
+    let starts: std::collections::HashMap<usize, usize> =
+        blocks.iter().map(|b| (b.start, b.len)).collect();
+    // Whether the counter may be non-zero: set at each block's counter, cleared by a flush.
+    // Every instruction is reached from its block's start in sequence (jump targets and
+    // handlers start blocks), so a linear scan is exact.
+    let mut dirty = false;
+    for (i, insn) in code.insns.iter().enumerate() {
+        if let Some(&len) = starts.get(&i) {
+            let v = inserts.entry(i).or_default();
+            v.extend([
+                push_count.clone(),
+                Insn::push_int(&mut cf.constant_pool, len as i32).map_err(|x| x.what)?,
+                Insn::Simple(I2L),
+                Insn::Simple(LADD),
+                Insn::Local {
+                    op: LSTORE,
+                    index: counter,
+                },
+            ]);
+            dirty = true;
+        }
+        let returns = matches!(insn, Insn::Simple(op) if is_return(*op));
+        if returns || (dirty && is_invoke(insn)) {
+            let v = inserts.entry(i).or_default();
+            v.extend([
+                push_node.clone(),
+                push_count.clone(),
+                Insn::Ref {
+                    op: INVOKESTATIC,
+                    index: if returns { close } else { count },
+                },
+            ]);
+            if !returns {
+                v.extend(reset.clone());
+            }
+            dirty = false;
+        }
+    }
+    let hs = code.new_label();
+    if let Some(from) = handler_from.filter(|&f| f > 0) {
+        inserts.entry(from).or_default().insert(0, Insn::Label(hs));
+    }
+    code.insert_many(inserts.into_iter().collect());
+
+    // The prologue goes before everything, labels included: a jump to the first instruction
+    // must not run it again.
+    let mut prologue = reset.to_vec();
+    prologue.extend([
+        Insn::push_int(&mut cf.constant_pool, id).map_err(|x| x.what)?,
+        Insn::Ref {
+            op: INVOKESTATIC,
+            index: open,
+        },
+        Insn::Local {
+            op: ASTORE,
+            index: node,
+        },
+    ]);
+    if handler_from == Some(0) {
+        prologue.push(Insn::Label(hs));
+    }
+    code.insns.splice(0..0, prologue);
+
+    if handler_from.is_some() {
+        let he = code.new_label();
+        code.insns.extend([
+            Insn::Label(he),
+            push_node,
+            push_count,
+            Insn::Ref {
+                op: INVOKESTATIC,
+                index: close,
+            },
+            Insn::Simple(ATHROW),
+        ]);
+        code.handlers.push(Handler {
+            start: hs,
+            end: he,
+            handler: he,
+            catch_type: 0,
+        });
+        if code.major >= 50 {
+            let t = cf
+                .constant_pool
+                .add_class("java/lang/Throwable")
+                .map_err(|x| x.what)?;
+            let mut locals = vec![VType::Top; usize::from(original_locals)];
+            locals.extend([VType::Long, VType::Object(node_class)]);
+            code.add_frame(
+                &mut cf.constant_pool,
+                Frame {
+                    label: he,
+                    locals,
+                    stack: vec![VType::Object(t)],
+                },
+            )
+            .map_err(|x| x.what)?;
+        }
+    }
+    // At most four more slots: a counter update (long + int widened to long) or the probes'
+    // node and long count, over whatever the original code had there.
+    code.max_stack = code.max_stack.checked_add(4).ok_or("max_stack overflow")?;
+    Ok(note)
 }

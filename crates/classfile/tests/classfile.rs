@@ -219,6 +219,8 @@ fn fixtures_print_the_same_under_every_pass_and_counts_are_exact() {
         ("calls", Probes::Calls),
         ("bytecodes", Probes::Bytecodes),
         ("precise", Probes::BytecodesPrecise),
+        ("exact", Probes::Exact(Mode::Default)),
+        ("exact-precise", Probes::Exact(Mode::Precise)),
     ] {
         let out = scratch(&format!("passes-{name}"));
         instrument_dir(&src, &out, probes);
@@ -257,6 +259,38 @@ fn fixtures_print_the_same_under_every_pass_and_counts_are_exact() {
                 // Hand count from javap: main 6, f 2+3*11+7*10+1 = 106,
                 // g(n) 2+3(n+1)+3n+5+1 summed over n=1..10 = 440, h 5*55 = 275.
                 assert_eq!(profile.trim(), "[all] 827", "pass {name}");
+            }
+            "exact" | "exact-precise" => {
+                // The same hand counts, each in its own calling context.
+                let lines: Vec<&str> = profile.lines().collect();
+                assert_eq!(
+                    lines,
+                    [
+                        "Foo.main 6",
+                        "Foo.main;Foo.f 106",
+                        "Foo.main;Foo.f;Foo.g 440",
+                        "Foo.main;Foo.f;Foo.g;Foo.h 275"
+                    ],
+                    "pass {name}"
+                );
+                let props = [
+                    format!("-Djvmprof.output={}", prof.display()),
+                    "-Djvmprof.value=calls".to_string(),
+                ];
+                let props: Vec<&str> = props.iter().map(String::as_str).collect();
+                assert_eq!(run_java(&out, "Foo", &props), expected_foo, "pass {name}");
+                let calls = std::fs::read_to_string(&prof).unwrap_or_default();
+                let lines: Vec<&str> = calls.lines().collect();
+                assert_eq!(
+                    lines,
+                    [
+                        "Foo.main 1",
+                        "Foo.main;Foo.f 1",
+                        "Foo.main;Foo.f;Foo.g 10",
+                        "Foo.main;Foo.f;Foo.g;Foo.h 55"
+                    ],
+                    "pass {name}"
+                );
             }
             _ => assert_eq!(profile, ""),
         }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use jvmprof_classfile::ClassFile;
+use jvmprof_classfile::bba::Mode;
 use jvmprof_classfile::instrument::{MethodTable, Probes, instrument_class};
 
 fn java_home() -> PathBuf {
@@ -159,6 +160,8 @@ fn every_pass_links_on_jdk_compiler_and_debian_jars() {
         ("calls", Probes::Calls),
         ("bytecodes", Probes::Bytecodes),
         ("bytecodes-precise", Probes::BytecodesPrecise),
+        ("exact", Probes::Exact(Mode::Default)),
+        ("exact-precise", Probes::Exact(Mode::Precise)),
     ] {
         let out = work.join(format!("out-{name}"));
         let mut outs = Vec::new();

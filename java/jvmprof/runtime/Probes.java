@@ -16,7 +16,8 @@ import java.util.*;
 public final class Probes {
     private Probes() {}
 
-    static final class Node {
+    /** A calling context (public: rewritten code keeps one in a local). */
+    public static final class Node {
         final int method;
         final Node parent;
         final HashMap<Integer, Node> children = new HashMap<>();
@@ -67,6 +68,30 @@ public final class Probes {
 
     public static void block(int count) {
         CURRENT.get()[0].bytecodes += count;
+    }
+
+    // The calling-context probes of the `exact` passes (the agent's runtime has the fast ones;
+    // these keep offline-instrumented code runnable and the counts the same).
+
+    public static Node open(int methodId) {
+        Node[] cur = CURRENT.get();
+        Node n = cur[0].child(methodId);
+        n.calls++;
+        cur[0] = n;
+        return n;
+    }
+
+    public static void count(Node n, long bytecodes) {
+        n.bytecodes += bytecodes;
+    }
+
+    public static void close(Node n, long bytecodes) {
+        n.bytecodes += bytecodes;
+        CURRENT.get()[0] = n.parent;
+    }
+
+    public static void restore(Node n) {
+        if (n != null) CURRENT.get()[0] = n;
     }
 
     private static String[] names() {

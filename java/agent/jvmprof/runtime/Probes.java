@@ -5,12 +5,17 @@ package jvmprof.runtime;
  * of java/jvmprof/runtime/Probes.java, with the same probe signatures). It is put on the boot
  * class path by the agent, so application and JDK classes can both call it.
  *
- * Each thread builds its own calling-context tree (JP, Binder and Hulaas): enter(id) descends to
- * the child context for method id and counts an invocation, exit(id) climbs back, block(n) adds n
- * executed bytecodes to the current context. The hot path takes no lock: a thread only ever
- * writes its own tree. Counters are 64-bit, so they never overflow; the agent reads the trees
- * (racily while threads run, which only makes a live view slightly stale) through threads(),
- * threadName(i) and tree(i). Trees of finished threads are kept.
+ * Each thread builds its own calling-context tree (JP, Binder and Hulaas). Rewritten code keeps
+ * its context in a local: {@code node = open(id)} descends from the thread's current context
+ * to the child for method id and counts an invocation; the method sums its executed bytecodes
+ * in a long local and hands them over with {@code count(node, n)} before each call and
+ * {@code close(node, n)} on every normal and exceptional exit, which also makes the caller's
+ * context current again; {@code restore(node)} at the start of each exception handler makes
+ * the catching frame's context current whatever happened in between. So the hot path is one
+ * thread lookup per call and field updates on nodes the thread owns: no lock, no shared write.
+ * Counters are 64-bit, so they never overflow; the agent reads the trees (racily while threads
+ * run, which only makes a live view slightly stale) through threads(), threadName(i) and
+ * tree(i). Trees of finished threads are kept.
  *
  * This class must stay self-contained: it runs inside instrumented JDK code, so it calls no JDK
  * method that the agent may instrument (only ThreadLocal, Thread and System.arraycopy, which the
@@ -23,6 +28,7 @@ public final class Probes {
     public static final class Node {
         final int method;
         final Node parent;
+        final Root root;
         long calls;
         long bytecodes;
         /** Children by method id: open addressing, replaced as a whole when it grows. */
@@ -31,9 +37,10 @@ public final class Probes {
         int lastKey = -1;
         Node lastKid;
 
-        Node(int method, Node parent) {
+        Node(int method, Node parent, Root root) {
             this.method = method;
             this.parent = parent;
+            this.root = root;
         }
 
         Node child(int id) {
@@ -61,9 +68,9 @@ public final class Probes {
                 // Past the node budget: a detached context keeps enter/exit consistent but its
                 // counts are lost (and counted as dropped).
                 DROPPED[0]++;
-                return new Node(id, this);
+                return new Node(id, this, root);
             }
-            Node c = new Node(id, this);
+            Node c = new Node(id, this, root);
             Node[] t = kids;
             if (t == null || (size + 1) * 2 > t.length) {
                 Node[] g = new Node[t == null ? 4 : t.length * 2];
@@ -89,12 +96,14 @@ public final class Probes {
     static final class Root {
         final Thread thread;
         final String name;
-        final Node top = new Node(-1, null);
-        Node current = top;
+        final Node top;
+        Node current;
 
         Root(Thread thread) {
             this.thread = thread;
             this.name = thread.getName();
+            this.top = new Node(-1, null, this);
+            this.current = top;
         }
     }
 
@@ -117,24 +126,27 @@ public final class Probes {
     }
 
     /**
-     * The last thread's root: a one-entry cache in front of the ThreadLocal. Racy on purpose and
-     * still safe: a Root is immutable apart from fields only its own thread writes, its thread
-     * field is final, and a thread uses the cached root only if it is its own.
+     * Roots by thread id modulo the table size: a cache in front of the ThreadLocal. Racy on
+     * purpose and still safe: a thread uses an entry only if the entry's (final) thread is itself,
+     * and then the entry is the Root it created. Entries are written once per thread (again only
+     * when two threads collide), so the table is read-mostly and stays in every core's cache.
      */
-    private static Root last;
+    private static final Root[] BY_ID = new Root[4096];
 
     private static Root root() {
-        Root r = last;
-        if (r != null && r.thread == Thread.currentThread()) return r;
-        r = slowRoot();
-        last = r;
+        Thread t = Thread.currentThread();
+        int slot = (int) t.getId() & (BY_ID.length - 1);
+        Root r = BY_ID[slot];
+        if (r != null && r.thread == t) return r;
+        r = slowRoot(t);
+        BY_ID[slot] = r;
         return r;
     }
 
-    private static Root slowRoot() {
+    private static Root slowRoot(Thread t) {
         Root r = CURRENT.get();
         if (r == null) {
-            r = new Root(Thread.currentThread());
+            r = new Root(t);
             synchronized (LOCK) {
                 if (rootCount == roots.length) {
                     Root[] g = new Root[roots.length * 2];
@@ -148,22 +160,29 @@ public final class Probes {
         return r;
     }
 
-    public static void enter(int id) {
+    /** Method entry: the context of method id under the thread's current one, counted. */
+    public static Node open(int id) {
         Root r = root();
         Node c = r.current.child(id);
         c.calls++;
         r.current = c;
+        return c;
     }
 
-    public static void exit(int id) {
-        Root r = root();
-        Node n = r.current;
-        while (n.parent != null && n.method != id) n = n.parent;
-        if (n.parent != null) r.current = n.parent;
+    /** Bytecodes the method executed in context n since its last hand-over (before a call). */
+    public static void count(Node n, long bytecodes) {
+        n.bytecodes += bytecodes;
     }
 
-    public static void block(int count) {
-        root().current.bytecodes += count;
+    /** Method exit (normal or exceptional): the last bytecodes, and the caller is current. */
+    public static void close(Node n, long bytecodes) {
+        n.bytecodes += bytecodes;
+        n.root.current = n.parent;
+    }
+
+    /** Exception handler entry: the catching frame's context is current again. */
+    public static void restore(Node n) {
+        if (n != null) n.root.current = n;
     }
 
     // ---- read by the agent (JNI), on its own thread ----
