@@ -20,6 +20,7 @@ pub mod mutf8;
 pub mod offline;
 pub mod opcodes;
 pub mod runtime;
+pub mod timing;
 
 pub use class::{
     ACC_ABSTRACT, ACC_INTERFACE, ACC_MODULE, ACC_NATIVE, ACC_STATIC, Attribute, ClassFile, Member,
