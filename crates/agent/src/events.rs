@@ -19,9 +19,10 @@ pub enum Kind {
     /// A sampled allocation of `size` bytes; `tag` is non-zero when the object is tracked for
     /// liveness.
     Alloc { class: String, size: u64, tag: i64 },
-    /// A contended monitor entry that blocked for `ns`.
+    /// A contended monitor entry, or a park on a java.util.concurrent synchronizer, that
+    /// blocked for `ns`.
     Contended { class: String, ns: u64 },
-    /// An `Object.wait` that lasted `ns`.
+    /// An `Object.wait`, or a park on anything else (e.g. Condition.await), that lasted `ns`.
     Wait { class: String, ns: u64 },
 }
 
@@ -155,6 +156,44 @@ impl Recorder {
             tid: os::gettid(),
             stack: env.current_stack(self.depth),
             kind: kind(class, ns),
+        });
+    }
+
+    /// A `java.util.concurrent` park that lasted `ns` (lock mode's LockSupport probe), on the
+    /// parked thread: contention on a synchronizer, or a wait (`wait`). `probe_frames` are the
+    /// methods between the probe and the caller of `park`, dropped from the top of the stack.
+    pub fn on_park(
+        &self,
+        env: &Env,
+        jni: &Jni,
+        blocker: JObject,
+        ns: u64,
+        wait: bool,
+        probe_frames: &[MethodId],
+    ) {
+        let Some(lock) = self.lock else { return };
+        if ns < lock.threshold.as_nanos() as u64 || blocker.is_null() {
+            return;
+        }
+        let class = env.object_class_signature(jni, blocker).unwrap_or_default();
+        // At most three frames above the caller: Parks.record, Parks.parked, LockSupport.park*.
+        let extra = 3;
+        let mut stack = env.current_stack(self.depth.saturating_add(extra));
+        let probes = stack
+            .iter()
+            .take_while(|(m, _)| probe_frames.contains(m))
+            .count();
+        stack.drain(..probes);
+        stack.truncate(self.depth.max(0) as usize);
+        let kind = if wait {
+            Kind::Wait { class, ns }
+        } else {
+            Kind::Contended { class, ns }
+        };
+        self.push(Event {
+            tid: os::gettid(),
+            stack,
+            kind,
         });
     }
 

@@ -13,6 +13,7 @@ pub mod dump;
 pub mod events;
 pub mod exact;
 pub mod options;
+pub mod parks;
 pub mod sampler;
 mod session;
 pub mod stream;
@@ -228,6 +229,9 @@ impl Agent for JvmprofAgent {
         };
         match init_globals(Vm::from_ref(context.vm()), false) {
             Ok(g) => {
+                if options.lock.is_some() {
+                    parks::on_load(&g.env);
+                }
                 // Exact mode's capabilities and boot class path entry are OnLoad matters.
                 if let Some(x) = &options.exact
                     && let Err(e) = exact::on_load(&g.env, x)
@@ -325,9 +329,11 @@ impl Agent for JvmprofAgent {
         let jni = Jni::from_context(&context);
         let name = event.name_str().ok().flatten();
         let loader = event_object(event.loader());
-        if let Some(bytes) =
-            exact::transform(jni.as_ref(), name.as_deref(), loader, event.class_data())
-        {
+        let exact = exact::transform(jni.as_ref(), name.as_deref(), loader, event.class_data());
+        // Lock mode times LockSupport's parks, on top of whatever exact mode made of it.
+        let data = exact.as_deref().unwrap_or(event.class_data());
+        let parks = parks::transform(name.as_deref(), loader.is_null(), data);
+        if let Some(bytes) = parks.or(exact) {
             let _ = event.set_transformed_class(&context, &bytes);
         }
     }

@@ -275,6 +275,15 @@ fn writer_main(
     };
     let _ = ready.send(Ok(()));
     let mut w = Writer::new(ctx, shared.clone());
+    // Lock mode also times java.util.concurrent parks (LockSupport rewritten until the end).
+    let juc = (shared.options.lock).map(|l| crate::parks::start(&ctx.env, &jni, l.threshold));
+    if let Some(r) = &juc {
+        let text = r.clone().unwrap_or_else(|e| format!("off: {e}"));
+        if let Err(e) = r {
+            eprintln!("jvmprof: java.util.concurrent locks are not timed: {e}");
+        }
+        w.builder.meta_mut().extra.insert("lock_juc".into(), text);
+    }
     let started = Instant::now();
     let mut last_housekeeping = Instant::now();
     let mut last_snapshot = Instant::now();
@@ -331,6 +340,9 @@ fn writer_main(
         signal::deactivate(sampler);
     }
     shared.timers.lock().unwrap().clear();
+    if matches!(juc, Some(Ok(_))) {
+        crate::parks::stop(&ctx.env, &jni);
+    }
     if shared.recorder.is_some() {
         disable_event_modes(&ctx.env);
     }

@@ -170,6 +170,171 @@ fn lock_contention_sits_in_one_method_on_one_lock_class() {
     );
 }
 
+const NONFAIR_SYNC: &str = "java.util.concurrent.locks.ReentrantLock$NonfairSync";
+const CONDITION: &str = "java.util.concurrent.locks.AbstractQueuedSynchronizer$ConditionObject";
+
+/// Checks a lock profile of JucContention: the j.u.c contention sits in
+/// JucContention.increment on ReentrantLock$NonfairSync, the queue and condition waits are
+/// waits. Returns the contention in ns.
+fn check_juc_profile(p: &Profile) -> u64 {
+    let juc = p.meta.extra.get("lock_juc").cloned().unwrap_or_default();
+    assert!(
+        juc.starts_with("LockSupport: 6 park methods"),
+        "lock_juc: {juc}"
+    );
+    let [ns, count, wait_ns, wait_count] = [
+        Metric::LockNs,
+        Metric::LockCount,
+        Metric::WaitNs,
+        Metric::WaitCount,
+    ]
+    .map(|m| p.metric_index(m).unwrap());
+    let (mut total, mut in_increment, mut contended) = (0u64, 0u64, 0u64);
+    let (mut heaviest, mut heaviest_ns) = (Vec::new(), 0u64);
+    let (mut take_waits, mut await_waits) = (0u64, 0u64);
+    for s in &p.samples {
+        let frames: Vec<String> = p.stack_frames(s.stack).map(|f| f.name()).collect();
+        let thread = &p.threads[s.thread as usize].name;
+        let leaf = frames.last().map(String::as_str).unwrap_or("");
+        let through_increment = frames.iter().any(|f| f == "JucContention.increment");
+        total += s.values[ns];
+        if leaf == NONFAIR_SYNC && through_increment {
+            in_increment += s.values[ns];
+        }
+        if s.values[ns] > heaviest_ns {
+            (heaviest, heaviest_ns) = (frames.clone(), s.values[ns]);
+        }
+        if thread.starts_with("contender-") && s.values[count] > 0 {
+            contended += s.values[count];
+            assert!(
+                through_increment && leaf == NONFAIR_SYNC,
+                "a contender's contention outside increment: {frames:?}"
+            );
+        }
+        if leaf == CONDITION {
+            // A thread parked on a Condition waits; it does not contend.
+            assert_eq!(s.values[ns], 0, "{frames:?}");
+            assert!(s.values[wait_count] > 0, "{frames:?}");
+            let f = |m: &str| frames.iter().any(|x| x == m);
+            if f("java.util.concurrent.LinkedBlockingQueue.take") && f("JucContention.take") {
+                take_waits += s.values[wait_ns];
+            }
+            if f("JucContention.await") {
+                await_waits += s.values[wait_ns];
+            }
+        }
+    }
+    assert!(
+        heaviest.last().map(String::as_str) == Some(NONFAIR_SYNC)
+            && heaviest.iter().any(|f| f == "JucContention.increment"),
+        "heaviest lock stack: {heaviest:?}"
+    );
+    // The first frame under the lock class is the AQS's acquire, not the probe or LockSupport.
+    let n = heaviest.len();
+    assert!(
+        heaviest[n - 2].starts_with("java.util.concurrent.locks.AbstractQueuedSynchronizer."),
+        "{heaviest:?}"
+    );
+    assert!(
+        !heaviest
+            .iter()
+            .any(|f| f.contains("LockSupport") || f.contains("jvmprof")),
+        "{heaviest:?}"
+    );
+    assert!(contended > 0, "no contended acquisitions counted");
+    assert!(
+        in_increment as f64 >= 0.95 * total as f64,
+        "{in_increment} of {total} ns in JucContention.increment on {NONFAIR_SYNC}"
+    );
+    assert!(
+        take_waits > 0,
+        "LinkedBlockingQueue.take recorded as a wait"
+    );
+    assert!(await_waits > 0, "Condition.awaitNanos recorded as a wait");
+    total
+}
+
+#[test]
+fn juc_lock_contention_sits_in_one_method_and_conditions_are_waits() {
+    let _g = serial();
+    let file = scratch("juc").join("juc.jvmprof");
+    // -Xverify:all: the verifier also checks the rewritten LockSupport (a boot class, which
+    // HotSpot otherwise retransforms unverified).
+    record(
+        None,
+        &["--mode", "lock", "-o", file.to_str().unwrap()],
+        &["-Xverify:all", "JucContention", "2"],
+    );
+    let p = jvmprof_profile::read_any(&file).unwrap();
+    let total = check_juc_profile(&p);
+    assert!(
+        total > 100_000_000,
+        "4 threads x 2 s of contention: {total} ns"
+    );
+    // `--value count` on a lock profile: contended acquisitions per stack.
+    let collapsed = scratch("juc").join("juc.collapsed");
+    run_ok(Command::new(jvmprof()).args([
+        "convert",
+        file.to_str().unwrap(),
+        "--value",
+        "count",
+        "-o",
+        collapsed.to_str().unwrap(),
+    ]));
+    let text = std::fs::read_to_string(&collapsed).unwrap();
+    assert!(
+        text.contains("JucContention.increment;java.util.concurrent.locks.ReentrantLock.lock;"),
+        "{text}"
+    );
+}
+
+#[test]
+fn juc_locks_by_attach_and_the_jvm_runs_on_unmodified() {
+    let _g = serial();
+    // The JVM logs each redefinition of LockSupport: one when a session starts (timed parks),
+    // one when it stops (the original bytes back).
+    let mut child = Command::new("java")
+        .args(["-Xlog:redefine+class+load=info", "-cp"])
+        .arg(classes())
+        .args(["JucContention", "15"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut target = Target(child);
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let pid = target.0.id().to_string();
+    // Two sessions one after the other: the second instruments the restored class again.
+    for (i, duration) in ["3s", "2s"].into_iter().enumerate() {
+        let file = scratch("juc-attach").join(format!("session-{i}.jvmprof"));
+        run_ok(Command::new(jvmprof()).args([
+            "record",
+            "--mode",
+            "lock",
+            "--pid",
+            &pid,
+            "--duration",
+            duration,
+            "-o",
+            file.to_str().unwrap(),
+        ]));
+        let p = jvmprof_profile::read_any(&file).unwrap();
+        assert_eq!(
+            p.meta.extra.get("attached").map(String::as_str),
+            Some("true")
+        );
+        check_juc_profile(&p);
+    }
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let redefined = rest
+        .iter()
+        .filter(|l| l.contains("redefined name=java.util.concurrent.locks.LockSupport"))
+        .count();
+    assert_eq!(redefined, 4, "{rest:?}");
+    assert_eq!(rest.last().map(String::as_str), Some("done"), "{rest:?}");
+    assert!(target.0.wait().unwrap().success());
+}
+
 #[test]
 fn modes_combine_in_one_native_file() {
     let _g = serial();

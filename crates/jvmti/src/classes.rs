@@ -17,6 +17,15 @@ impl GlobalRef {
     pub fn is_null(&self) -> bool {
         self.0.is_null()
     }
+
+    pub(crate) fn raw(&self) -> jni::jobject {
+        self.0
+    }
+
+    /// Wraps a new global reference; `None` for null.
+    pub(crate) fn from_raw(global: jni::jobject) -> Option<GlobalRef> {
+        (!global.is_null()).then_some(GlobalRef(global))
+    }
 }
 
 fn jvmti_err(call: &'static str) -> impl Fn(jvmti_bindings::sys::jvmti::jvmtiError) -> Error {

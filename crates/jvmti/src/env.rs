@@ -494,6 +494,11 @@ impl Jni {
         context.jni().map(|j| Jni(j.raw()))
     }
 
+    /// The JNIEnv a native method or callback received (non-null, the calling thread's).
+    pub(crate) fn from_raw(env: *mut jni::JNIEnv) -> Jni {
+        Jni(env)
+    }
+
     /// The raw JNIEnv pointer, for AsyncGetCallTrace's `env` field.
     pub fn as_ptr(&self) -> *mut c_void {
         self.0.cast()

@@ -11,6 +11,7 @@ pub mod classes;
 pub mod env;
 pub mod heap;
 pub mod management;
+pub mod natives;
 pub mod os;
 
 pub use env::*;
