@@ -9,9 +9,9 @@
 
 use crate::bba::{self, Mode};
 use crate::class::{ACC_MODULE, ClassFile};
-use crate::code::{Code, Frame, Handler, Insn, VType};
+use crate::code::{Code, Frame, Handler, Insn, Label, VType};
 use crate::error::Result;
-use crate::opcodes::{ATHROW, INVOKESPECIAL, INVOKESTATIC, NEW, is_return};
+use crate::opcodes::{ATHROW, INVOKESPECIAL, INVOKESTATIC, NEW, RET, is_return};
 
 /// The runtime class the probes call (see `java/jvmprof/runtime/Probes.java`).
 pub const RUNTIME_CLASS: &str = "jvmprof/runtime/Probes";
@@ -374,6 +374,8 @@ fn add_contexts(
     };
     let original_locals = code.max_locals;
     let blocks = bba::basic_blocks(code, mode);
+    // Before any handler changes below (they refer to labels placed only later).
+    let depths = monitor_depths(code);
     let counter = code.add_local(VType::Long).map_err(|x| x.what)?;
     let node = code
         .add_local(VType::Object(node_class))
@@ -403,18 +405,51 @@ fn add_contexts(
             .position(|x| matches!(x, Insn::Label(l) if *l == label))?;
         (at..code.insns.len()).find(|&i| !matches!(code.insns[i], Insn::Label(_)))
     };
-    for h in &code.handlers {
-        if let Some(at) = first_real(code, h.handler) {
-            let v = inserts.entry(at).or_default();
-            if v.is_empty() {
-                v.extend([
-                    push_node.clone(),
-                    Insn::Ref {
-                        op: INVOKESTATIC,
-                        index: restore,
-                    },
-                ]);
-            }
+    // A handler whose range starts at its own first instruction (javac's `finally`: the
+    // handler's `astore` protected by itself) must not cover the probes put there: C1 refuses
+    // to compile a method whose handler covers a call in itself ("exception handler covers
+    // itself"), leaving it to the interpreter. Such ranges start after the probes instead.
+    let handler_at: Vec<Option<(usize, bool)>> = code
+        .handlers
+        .iter()
+        .map(|h| {
+            let at = first_real(code, h.handler)?;
+            Some((at, first_real(code, h.start) == Some(at)))
+        })
+        .collect();
+    let mut self_covered: std::collections::HashMap<usize, Label> = Default::default();
+    for (k, &(at, covers_itself)) in handler_at
+        .iter()
+        .enumerate()
+        .filter_map(|(k, x)| Some((k, x.as_ref()?)))
+    {
+        // A handler entered with a monitor held (javac's: release it, rethrow) gets no call:
+        // a call there could throw with the monitor held and no handler around it, and HotSpot
+        // then calls the method's locking unbalanced and will not compile it. The exception
+        // reaches a handler outside the monitor next, which restores.
+        if depths.as_ref().is_some_and(|d| d[at] != Some(0)) {
+            continue;
+        }
+        let v = inserts.entry(at).or_default();
+        if v.is_empty() {
+            v.extend([
+                push_node.clone(),
+                Insn::Ref {
+                    op: INVOKESTATIC,
+                    index: restore,
+                },
+            ]);
+        }
+        if covers_itself {
+            let l = match self_covered.get(&at) {
+                Some(l) => *l,
+                None => {
+                    let l = code.new_label();
+                    self_covered.insert(at, l);
+                    l
+                }
+            };
+            code.handlers[k].start = l;
         }
     }
     let starts: std::collections::HashMap<usize, usize> =
@@ -436,6 +471,9 @@ fn add_contexts(
                     index: counter,
                 },
             ]);
+            if let Some(l) = self_covered.get(&i) {
+                v.push(Insn::Label(*l));
+            }
             dirty = true;
         }
         let returns = matches!(insn, Insn::Simple(op) if is_return(*op));
@@ -455,9 +493,44 @@ fn add_contexts(
             dirty = false;
         }
     }
-    let hs = code.new_label();
-    if let Some(from) = handler_from.filter(|&f| f > 0) {
-        inserts.entry(from).or_default().insert(0, Insn::Label(hs));
+    // The catch-all handler covers the code from `handler_from` on, except where a monitor
+    // entered by `monitorenter` is held: javac's own handlers release those and rethrow from
+    // outside, where ours catches. Covering both kinds of code would make the lock state at
+    // our handler ambiguous, and HotSpot's compilers refuse such methods ("invalid parsing",
+    // "cannot parse method"), leaving them interpreted.
+    let he = code.new_label();
+    let mut ranges = Vec::new();
+    if let Some(from) = handler_from {
+        // Per instruction: Some(covered) for real instructions, None for labels.
+        let inside: Vec<Option<bool>> = code
+            .insns
+            .iter()
+            .enumerate()
+            .map(|(i, insn)| {
+                let held = depths.as_ref().is_some_and(|d| d[i] != Some(0));
+                (!matches!(insn, Insn::Label(_))).then_some(i >= from && !held)
+            })
+            .collect();
+        let mut open: Option<Label> = None;
+        for (i, inside) in inside.into_iter().enumerate() {
+            match (inside, open) {
+                (Some(true), None) => {
+                    let l = code.new_label();
+                    open = Some(l);
+                    inserts.entry(i).or_default().insert(0, Insn::Label(l));
+                }
+                (Some(false), Some(start)) => {
+                    let l = code.new_label();
+                    ranges.push((start, l));
+                    open = None;
+                    inserts.entry(i).or_default().insert(0, Insn::Label(l));
+                }
+                _ => {}
+            }
+        }
+        if let Some(start) = open {
+            ranges.push((start, he));
+        }
     }
     code.insert_many(inserts.into_iter().collect());
 
@@ -475,13 +548,9 @@ fn add_contexts(
             index: node,
         },
     ]);
-    if handler_from == Some(0) {
-        prologue.push(Insn::Label(hs));
-    }
     code.insns.splice(0..0, prologue);
 
-    if handler_from.is_some() {
-        let he = code.new_label();
+    if !ranges.is_empty() {
         code.insns.extend([
             Insn::Label(he),
             push_node,
@@ -492,12 +561,14 @@ fn add_contexts(
             },
             Insn::Simple(ATHROW),
         ]);
-        code.handlers.push(Handler {
-            start: hs,
-            end: he,
-            handler: he,
-            catch_type: 0,
-        });
+        for (start, end) in ranges {
+            code.handlers.push(Handler {
+                start,
+                end,
+                handler: he,
+                catch_type: 0,
+            });
+        }
         if code.major >= 50 {
             let t = cf
                 .constant_pool
@@ -520,4 +591,74 @@ fn add_contexts(
     // node and long count, over whatever the original code had there.
     code.max_stack = code.max_stack.checked_add(4).ok_or("max_stack overflow")?;
     Ok(note)
+}
+
+/// The number of monitors held (entered with `monitorenter`, not yet exited) before each
+/// instruction, by data flow from the method start along jumps, fall-through and exception
+/// edges; `None` for unreachable code. `None` overall when the count is not a function of the
+/// position (unstructured locking) or the code uses subroutines (`jsr`/`ret`).
+fn monitor_depths(code: &Code) -> Option<Vec<Option<u32>>> {
+    use crate::opcodes::{GOTO, JSR};
+    const MONITORENTER: u8 = 0xc2;
+    const MONITOREXIT: u8 = 0xc3;
+    let n = code.insns.len();
+    let mut at_label = std::collections::HashMap::new();
+    for (i, insn) in code.insns.iter().enumerate() {
+        if let Insn::Label(l) = insn {
+            at_label.insert(*l, i);
+        }
+    }
+    let pos = |l: &Label| at_label.get(l).copied();
+    // Handlers in table order as (first covered index, end index, handler index, catches all).
+    let mut handlers = Vec::new();
+    for h in &code.handlers {
+        handlers.push((
+            pos(&h.start)?,
+            pos(&h.end)?,
+            pos(&h.handler)?,
+            h.catch_type == 0,
+        ));
+    }
+    let mut depth: Vec<Option<u32>> = vec![None; n];
+    let mut work = vec![(0usize, 0u32)];
+    while let Some((i, d)) = work.pop() {
+        if i >= n {
+            continue;
+        }
+        match depth[i] {
+            Some(seen) if seen == d => continue,
+            Some(_) => return None,
+            None => depth[i] = Some(d),
+        }
+        let insn = &code.insns[i];
+        // An exception goes to the first handler that catches it: none after a catch-all.
+        for &(s, e, h, all) in &handlers {
+            if s <= i && i < e && !matches!(insn, Insn::Label(_)) {
+                work.push((h, d));
+                if all {
+                    break;
+                }
+            }
+        }
+        let after = match insn {
+            Insn::Simple(MONITORENTER) => d + 1,
+            Insn::Simple(MONITOREXIT) => d.checked_sub(1)?,
+            _ => d,
+        };
+        let falls_through = match insn {
+            Insn::Jump { op, .. } if *op == JSR => return None,
+            Insn::Local { op, .. } if *op == RET => return None,
+            Insn::Jump { op, .. } => *op != GOTO,
+            Insn::TableSwitch { .. } | Insn::LookupSwitch { .. } => false,
+            Insn::Simple(op) => !is_return(*op) && *op != ATHROW,
+            _ => true,
+        };
+        for t in insn.targets() {
+            work.push((pos(&t)?, after));
+        }
+        if falls_through {
+            work.push((i + 1, after));
+        }
+    }
+    Some(depth)
 }

@@ -573,7 +573,7 @@ fn offline_jar_dir_and_class_outputs_run_with_the_runtime_inside() {
     let s = instrument_path(&jar, &out_jar, Probes::Calls).unwrap();
     assert_eq!(
         (s.classes, s.class_errors.len(), s.methods_skipped.len()),
-        (5, 0, 0)
+        (6, 0, 0)
     );
     let prof = work.join("jar.txt");
     let p = format!("-Djvmprof.output={}", prof.display());
@@ -669,4 +669,39 @@ fn a_new_local_is_declared_in_every_frame() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("VerifyError"));
+}
+
+/// The exact pass must leave methods compilable: HotSpot's C1 and C2 give up on a method whose
+/// exception handlers cover themselves with a call in them, or whose handler is reached with
+/// different monitors held ("COMPILE SKIPPED"), and such a method then runs interpreted.
+#[test]
+fn exact_pass_leaves_synchronized_and_finally_methods_compilable() {
+    let src = compile_fixtures("compilable");
+    let expected = run_java(&src, "Compiled", &[]);
+    for (name, mode) in [("exact", Mode::Default), ("exact-precise", Mode::Precise)] {
+        let out = scratch(&format!("compilable-{name}"));
+        instrument_dir(&src, &out, Probes::Exact(mode));
+        let printed = run_java(
+            &out,
+            "Compiled",
+            &["-Xbatch", "-XX:+PrintCompilation", "-Xverify:all"],
+        );
+        assert!(
+            printed.lines().any(|l| l == expected.trim()),
+            "{name}: {printed}"
+        );
+        let skipped: Vec<&str> = printed
+            .lines()
+            .filter(|l| l.contains("Compiled::") && l.contains("COMPILE SKIPPED"))
+            .collect();
+        assert!(skipped.is_empty(), "{name}: {skipped:#?}");
+        for m in ["syncBlock", "withFinally", "syncInFinally", "catchInLoop"] {
+            let c2 = printed.lines().any(|l| {
+                l.contains(&format!("Compiled::{m} "))
+                    && l.split_whitespace().any(|w| w == "4")
+                    && !l.contains("made not entrant")
+            });
+            assert!(c2, "{name}: {m} never compiled by C2:\n{printed}");
+        }
+    }
 }

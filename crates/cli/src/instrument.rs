@@ -12,8 +12,9 @@ use jvmprof_classfile::instrument::Probes;
 pub struct Args {
     /// Which probes: none (round trip only), calls (method entry/exit), bytecodes (per
     /// basic-block bytecode counts), bytecodes-precise (blocks also end after every
-    /// instruction that may throw).
-    #[arg(long, default_value = "calls", value_parser = ["none", "calls", "bytecodes", "bytecodes-precise"])]
+    /// instruction that may throw), exact / exact-precise (calling contexts with calls and
+    /// own bytecodes, the agent's exact mode).
+    #[arg(long, default_value = "calls", value_parser = ["none", "calls", "bytecodes", "bytecodes-precise", "exact", "exact-precise"])]
     pub probes: String,
     /// Input: a .jar, a directory of classes, or one .class file.
     pub input: PathBuf,
