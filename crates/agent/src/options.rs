@@ -94,6 +94,9 @@ pub struct Options {
     pub token: Option<String>,
     /// How often thread snapshots are streamed.
     pub refresh: Duration,
+    /// Rewrite `file` this often with everything so far (exact trees merged first), so the
+    /// profile of a long-running JVM can be read while it runs.
+    pub flush: Option<Duration>,
 }
 
 /// What an option string asks the agent to do.
@@ -128,7 +131,7 @@ impl Options {
     }
 }
 
-pub const KNOWN_KEYS: &str = "mode, interval, file, format, value, threads, depth, engine, duration, status, stop, include, exclude, bba, max_nodes";
+pub const KNOWN_KEYS: &str = "mode, interval, alloc_interval, live, lock_threshold, file, format, value, threads, depth, engine, duration, status, flush, server, token, refresh, stop, dump, heap, include, exclude, bba, max_nodes";
 
 pub fn parse(text: &str) -> Result<Command, String> {
     let mut modes: Option<&str> = None;
@@ -157,6 +160,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
         server: None,
         token: None,
         refresh: Duration::from_secs(1),
+        flush: None,
     };
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (key, value) = match item.split_once('=') {
@@ -244,6 +248,13 @@ pub fn parse(text: &str) -> Result<Command, String> {
             }
             "duration" => o.duration = Some(parse_duration(need()?)?),
             "status" => o.status = Some(PathBuf::from(need()?)),
+            "flush" => {
+                let every = parse_duration(need()?)?;
+                if every < Duration::from_secs(1) {
+                    return Err("flush must be at least 1s".into());
+                }
+                o.flush = Some(every);
+            }
             _ => return Err(format!("unknown option '{key}' (known: {KNOWN_KEYS})")),
         }
     }
@@ -405,6 +416,8 @@ mod tests {
         let s = start("server=127.0.0.1:7878,refresh=500ms,token=abc");
         assert_eq!(s.server.as_deref(), Some("127.0.0.1:7878"));
         assert_eq!(s.refresh, Duration::from_millis(500));
+        assert_eq!(start("flush=10s").flush, Some(Duration::from_secs(10)));
+        assert!(parse("flush=100ms").unwrap_err().contains("at least 1s"));
         for bad in ["refresh=5ms", "refresh=61s"] {
             let e = parse(&format!("server=127.0.0.1:7878,{bad}")).unwrap_err();
             assert!(e.contains("between 10ms and 60s"), "{bad}: {e}");

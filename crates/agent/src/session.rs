@@ -287,6 +287,8 @@ fn writer_main(
     let started = Instant::now();
     let mut last_housekeeping = Instant::now();
     let mut last_snapshot = Instant::now();
+    let mut last_flush = Instant::now();
+    let mut flush_failed = false;
     let tick = match shared.walker {
         Walker::Asgct(_) | Walker::None => DRAIN_EVERY,
         Walker::Safepoint => shared.options.interval,
@@ -322,6 +324,17 @@ fn writer_main(
             }
             if let Some(stream) = &mut w.stream {
                 stream.samples(w.builder.profile());
+            }
+        }
+        if let (Some(every), Some(file)) = (shared.options.flush, &shared.options.file)
+            && last_flush.elapsed() >= every
+        {
+            last_flush = Instant::now();
+            jni.with_local_frame(64, || w.merge_exact(&jni));
+            if let Err(e) = write_profile(w.builder.profile(), file, &shared.options)
+                && !std::mem::replace(&mut flush_failed, true)
+            {
+                eprintln!("jvmprof: {e} (flush); profiling continues");
             }
         }
         if w.stream.is_some() && last_snapshot.elapsed() >= shared.options.refresh {

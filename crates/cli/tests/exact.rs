@@ -370,3 +370,70 @@ fn include_brings_jdk_classes_in_and_exclude_takes_them_out() {
     // ArrayList's constructor is not instrumented, so its superclass constructor hangs off main.
     assert_eq!(all["ExactUtil.main;java.util.AbstractList.<init>"].0, 1);
 }
+
+/// `flush=1s` rewrites the output file while the JVM runs, with the trees merged so far: the
+/// profile can be read live, and the final file has at least as many calls.
+#[test]
+fn flush_writes_the_exact_profile_while_the_jvm_runs() {
+    let _guard = serial();
+    let dir = scratch("exact-flush");
+    let out = dir.join("live.jvmprof");
+    let stop = dir.join("stop");
+    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(&stop);
+    let mut child = std::process::Command::new(jdk_tool(None, "java"))
+        .arg(format!(
+            "-agentpath:{}=mode=exact,flush=1s,file={}",
+            agent().display(),
+            out.display()
+        ))
+        .arg("-cp")
+        .arg(classes())
+        .arg("ExactLive")
+        .arg(&stop)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let calls_of = |p: &Profile| {
+        contexts(p, false)
+            .get("ExactLive.main;ExactLive.work")
+            .map(|c| c.0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let live = loop {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the JVM ended before a flushed profile showed up"
+        );
+        if let Ok(p) = jvmprof_profile::read_any(&out)
+            && let Some(c) = calls_of(&p)
+            && c > 0
+        {
+            break c;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no flushed profile after 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "read after the JVM ended"
+    );
+    std::fs::write(&stop, b"").unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let last = calls_of(&jvmprof_profile::read_any(&out).unwrap()).unwrap();
+    assert!(last >= live, "final {last} < live {live}");
+    // One call per round: the final count is the number of rounds the program made.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let rounds = last;
+    let sum: u64 = (0..rounds).sum();
+    assert_eq!(stdout.trim(), format!("live {sum}"), "calls {last}");
+}
