@@ -201,15 +201,38 @@ fn add_calls(
     let mut entry = probe(cf, "enter", id)?;
     entry.push(Insn::Label(hs));
     code.insns.splice(start..start, entry);
+    let body = probe(cf, "exit", id)?;
+    append_rethrow_handler(cf, code, he, &[(hs, he)], body, vec![])?;
+    code.max_stack = code
+        .max_stack
+        .checked_add(1)
+        .ok_or("max_stack overflow")?
+        .max(2);
+    Ok(())
+}
+
+/// Appends `he: body; athrow` to the code as a catch-all handler over `ranges` (last in the
+/// table, so the method's own handlers come first), with its stack-map frame: `locals` (the
+/// ones `body` reads; Top elsewhere) and the Throwable on the stack.
+pub(crate) fn append_rethrow_handler(
+    cf: &mut ClassFile,
+    code: &mut Code,
+    he: Label,
+    ranges: &[(Label, Label)],
+    body: Vec<Insn>,
+    locals: Vec<VType>,
+) -> std::result::Result<(), String> {
     code.insns.push(Insn::Label(he));
-    code.insns.extend(probe(cf, "exit", id)?);
+    code.insns.extend(body);
     code.insns.push(Insn::Simple(ATHROW));
-    code.handlers.push(Handler {
-        start: hs,
-        end: he,
-        handler: he,
-        catch_type: 0,
-    });
+    for &(start, end) in ranges {
+        code.handlers.push(Handler {
+            start,
+            end,
+            handler: he,
+            catch_type: 0,
+        });
+    }
     if code.major >= 50 {
         let t = cf
             .constant_pool
@@ -219,17 +242,12 @@ fn add_calls(
             &mut cf.constant_pool,
             Frame {
                 label: he,
-                locals: vec![],
+                locals,
                 stack: vec![VType::Object(t)],
             },
         )
         .map_err(|e| e.what)?;
     }
-    code.max_stack = code
-        .max_stack
-        .checked_add(1)
-        .ok_or("max_stack overflow")?
-        .max(2);
     Ok(())
 }
 
@@ -551,41 +569,17 @@ fn add_contexts(
     code.insns.splice(0..0, prologue);
 
     if !ranges.is_empty() {
-        code.insns.extend([
-            Insn::Label(he),
+        let body = vec![
             push_node,
             push_count,
             Insn::Ref {
                 op: INVOKESTATIC,
                 index: close,
             },
-            Insn::Simple(ATHROW),
-        ]);
-        for (start, end) in ranges {
-            code.handlers.push(Handler {
-                start,
-                end,
-                handler: he,
-                catch_type: 0,
-            });
-        }
-        if code.major >= 50 {
-            let t = cf
-                .constant_pool
-                .add_class("java/lang/Throwable")
-                .map_err(|x| x.what)?;
-            let mut locals = vec![VType::Top; usize::from(original_locals)];
-            locals.extend([VType::Long, VType::Object(node_class)]);
-            code.add_frame(
-                &mut cf.constant_pool,
-                Frame {
-                    label: he,
-                    locals,
-                    stack: vec![VType::Object(t)],
-                },
-            )
-            .map_err(|x| x.what)?;
-        }
+        ];
+        let mut locals = vec![VType::Top; usize::from(original_locals)];
+        locals.extend([VType::Long, VType::Object(node_class)]);
+        append_rethrow_handler(cf, code, he, &ranges, body, locals)?;
     }
     // At most four more slots: a counter update (long + int widened to long) or the probes'
     // node and long count, over whatever the original code had there.

@@ -12,8 +12,9 @@
 //! locals, `[java/lang/Throwable]` on the stack).
 
 use crate::class::{ACC_ABSTRACT, ACC_NATIVE, ACC_STATIC, ClassFile};
-use crate::code::{Code, Frame, Handler, Insn, VType, parse_params};
-use crate::opcodes::{ATHROW, INVOKESTATIC, is_return};
+use crate::code::{Code, Insn, VType, parse_params};
+use crate::instrument::append_rethrow_handler;
+use crate::opcodes::{INVOKESTATIC, is_return};
 
 const ACONST_NULL: u8 = 0x01;
 const LLOAD: u8 = 0x16;
@@ -142,33 +143,10 @@ fn time_method(cf: &mut ClassFile, i: usize, hook: Hook<'_>) -> Result<(), Strin
         Insn::Label(hs),
     ];
     code.insns.splice(0..0, prologue);
-    code.insns.push(Insn::Label(he));
-    code.insns.extend(report);
-    code.insns.push(Insn::Simple(ATHROW));
     // Last in the table: the method's own handlers (a `finally` around the park) run first.
-    code.handlers.push(Handler {
-        start: hs,
-        end: he,
-        handler: he,
-        catch_type: 0,
-    });
-    if code.major >= 50 {
-        let throwable = cf
-            .constant_pool
-            .add_class("java/lang/Throwable")
-            .map_err(|e| e.what)?;
-        let mut locals = vec![VType::Top; usize::from(original_locals)];
-        locals.extend([VType::Object(object), VType::Long]);
-        code.add_frame(
-            &mut cf.constant_pool,
-            Frame {
-                label: he,
-                locals,
-                stack: vec![VType::Object(throwable)],
-            },
-        )
-        .map_err(|e| e.what)?;
-    }
+    let mut locals = vec![VType::Top; usize::from(original_locals)];
+    locals.extend([VType::Object(object), VType::Long]);
+    append_rethrow_handler(cf, &mut code, he, &[(hs, he)], report, locals)?;
     // The report pushes a reference and a long (three slots) over whatever a return leaves on
     // the stack, and over the Throwable in the handler.
     code.max_stack = code

@@ -154,16 +154,7 @@ fn lock_contention_sits_in_one_method_on_one_lock_class() {
         "Object.wait on Contention$Signal recorded as a wait"
     );
     // `--value ns` and `--value count` address the contention metrics of a lock profile.
-    let collapsed = scratch("lock").join("lock.collapsed");
-    run_ok(Command::new(jvmprof()).args([
-        "convert",
-        file.to_str().unwrap(),
-        "--value",
-        "count",
-        "-o",
-        collapsed.to_str().unwrap(),
-    ]));
-    let text = std::fs::read_to_string(&collapsed).unwrap();
+    let text = collapsed_counts(&file, "lock");
     assert!(
         text.contains("Contention.increment;Contention$Lock "),
         "{text}"
@@ -272,16 +263,7 @@ fn juc_lock_contention_sits_in_one_method_and_conditions_are_waits() {
         "4 threads x 2 s of contention: {total} ns"
     );
     // `--value count` on a lock profile: contended acquisitions per stack.
-    let collapsed = scratch("juc").join("juc.collapsed");
-    run_ok(Command::new(jvmprof()).args([
-        "convert",
-        file.to_str().unwrap(),
-        "--value",
-        "count",
-        "-o",
-        collapsed.to_str().unwrap(),
-    ]));
-    let text = std::fs::read_to_string(&collapsed).unwrap();
+    let text = collapsed_counts(&file, "juc");
     assert!(
         text.contains("JucContention.increment;java.util.concurrent.locks.ReentrantLock.lock;"),
         "{text}"
@@ -499,4 +481,18 @@ fn heap_histogram_counts_instances_exactly() {
     assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "sorted by bytes");
     let text = run_ok(Command::new(jvmprof()).args(["dump", &pid, "--heap"]));
     assert!(String::from_utf8_lossy(&text.stdout).contains("Deadlocks$Marker"));
+}
+
+/// `jvmprof convert FILE --value count` to collapsed text (contended acquisitions per stack).
+fn collapsed_counts(file: &std::path::Path, name: &str) -> String {
+    let collapsed = scratch(name).join(format!("{name}.collapsed"));
+    run_ok(Command::new(jvmprof()).args([
+        "convert",
+        file.to_str().unwrap(),
+        "--value",
+        "count",
+        "-o",
+        collapsed.to_str().unwrap(),
+    ]));
+    std::fs::read_to_string(&collapsed).unwrap()
 }
