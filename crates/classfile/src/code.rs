@@ -411,6 +411,16 @@ impl Code {
         })
     }
 
+    /// Indices in `insns` of the return instructions (`ireturn` .. `return`).
+    pub fn return_indices(&self) -> Vec<usize> {
+        self.insns
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| matches!(x, Insn::Simple(op) if crate::opcodes::is_return(*op)))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
     /// A fresh label (place it with [`Insn::Label`]).
     pub fn new_label(&mut self) -> Label {
         self.next_label += 1;

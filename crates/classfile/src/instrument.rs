@@ -184,13 +184,7 @@ fn add_calls(
     } else {
         0
     };
-    let returns: Vec<usize> = code
-        .insns
-        .iter()
-        .enumerate()
-        .filter(|(_, x)| matches!(x, Insn::Simple(op) if is_return(*op)))
-        .map(|(i, _)| i)
-        .collect();
+    let returns = code.return_indices();
     if returns.iter().any(|&r| r < start) {
         return Err("a return before the super()/this() call".into());
     }

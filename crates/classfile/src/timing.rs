@@ -14,7 +14,7 @@
 use crate::class::{ACC_ABSTRACT, ACC_NATIVE, ACC_STATIC, ClassFile};
 use crate::code::{Code, Insn, VType, parse_params};
 use crate::instrument::append_rethrow_handler;
-use crate::opcodes::{INVOKESTATIC, is_return};
+use crate::opcodes::INVOKESTATIC;
 
 const ACONST_NULL: u8 = 0x01;
 const LLOAD: u8 = 0x16;
@@ -107,13 +107,7 @@ fn time_method(cf: &mut ClassFile, i: usize, hook: Hook<'_>) -> Result<(), Strin
             index: hook_ref,
         },
     ];
-    let returns: Vec<usize> = code
-        .insns
-        .iter()
-        .enumerate()
-        .filter(|(_, x)| matches!(x, Insn::Simple(op) if is_return(*op)))
-        .map(|(i, _)| i)
-        .collect();
+    let returns = code.return_indices();
     code.insert_many(returns.into_iter().map(|r| (r, report.clone())).collect());
 
     // The prologue goes before everything, labels included, so that a jump back to the first
