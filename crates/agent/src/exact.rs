@@ -31,6 +31,8 @@ include!(concat!(env!("OUT_DIR"), "/exact_runtime.rs"));
 
 /// The runtime class the probes call (same name and signatures as the offline runtime).
 const RUNTIME: &str = "jvmprof/runtime/Probes";
+/// Method id of the runtime's contexts for calls past the node budget (`Probes.SPILL`).
+const SPILL: i64 = -2;
 
 /// Classes never rewritten, whatever `include` says: the runtime itself, and the JDK code the
 /// runtime's probes run (ThreadLocal, Thread, references, Object's constructor) or that the VM
@@ -411,7 +413,7 @@ pub struct Collector {
     /// (runtime thread index, stack) → (calls, bytecodes) already added.
     seen: HashMap<(usize, u32), (u64, u64)>,
     frames: HashMap<i64, u32>,
-    /// (nodes created, node budget, calls dropped past the budget).
+    /// (contexts kept, node budget, calls past the budget).
     pub stats: (i64, i64, i64),
 }
 
@@ -431,6 +433,7 @@ impl Collector {
         let Some(n) = jni.call_static_int(runtime, "threads", "()I", &[]) else {
             return;
         };
+        let mut spilled = 0i64;
         for i in 0..n.max(0) {
             jni.with_local_frame(16, || {
                 let name = jni
@@ -447,6 +450,9 @@ impl Collector {
                 for node in tree.chunks_exact(4) {
                     let (depth, method) = (node[0].max(0) as usize, node[1]);
                     let (calls, bytecodes) = (node[2].max(0) as u64, node[3].max(0) as u64);
+                    if method == SPILL {
+                        spilled = spilled.saturating_add(calls as i64);
+                    }
                     let frame = self.frame(builder, &names, method);
                     path.truncate(depth.saturating_sub(1));
                     if depth == 0 {
@@ -474,9 +480,9 @@ impl Collector {
             });
         }
         if let Some(v) = jni.call_static_long_array(runtime, "stats", "()[J", &[])
-            && v.len() == 3
+            && v.len() >= 2
         {
-            self.stats = (v[0], v[1], v[2]);
+            self.stats = (v[0], v[1], spilled);
         }
     }
 
@@ -491,6 +497,9 @@ impl Collector {
                     Some((class, m)) => Frame::java(class, m, "", 0),
                     None => Frame::java("", &n, "", 0),
                 },
+                None if method == SPILL => {
+                    Frame::synthetic(FrameKind::Synthetic, "[past node budget]")
+                }
                 None if method < 0 => {
                     Frame::synthetic(FrameKind::Synthetic, "[outside instrumented methods]")
                 }

@@ -196,6 +196,48 @@ fn recursion_gets_one_context_per_depth() {
     }
 }
 
+/// Past the node budget (`max_nodes=3`: main and fib at depths 1 and 2) calls still count, under
+/// one `[past node budget]` child of the last kept context: fib at depth 3 (4 calls, 28
+/// bytecodes) and depth 4 (2 calls, 10) of the truth above; kept contexts stay exact.
+#[test]
+fn calls_past_the_node_budget_count_under_the_last_kept_context() {
+    let _g = serial();
+    let out = scratch("exact-budget").join("budget.jvmprof");
+    let _ = std::fs::remove_file(&out);
+    run_ok(
+        std::process::Command::new(jdk_tool(None, "java"))
+            .arg(format!(
+                "-agentpath:{}=mode=exact,max_nodes=3,file={}",
+                agent().display(),
+                out.display()
+            ))
+            .arg("-Xverify:all")
+            .arg("-cp")
+            .arg(classes())
+            .arg("ExactRecursion"),
+    );
+    let p = jvmprof_profile::read_any(&out).unwrap();
+    let fib = "ExactRecursion.fib";
+    let truth = expect(&[
+        ("ExactRecursion.main", 1, 6),
+        ("ExactRecursion.main;ExactRecursion.fib", 1, 13),
+        (
+            "ExactRecursion.main;ExactRecursion.fib;ExactRecursion.fib",
+            2,
+            26,
+        ),
+        (
+            &format!("ExactRecursion.main;{fib};{fib};[past node budget]"),
+            6,
+            38,
+        ),
+    ]);
+    assert_eq!(contexts(&p, false), truth);
+    assert_eq!(p.meta.extra["exact_nodes"], "3");
+    assert_eq!(p.meta.extra["exact_max_nodes"], "3");
+    assert_eq!(p.meta.extra["exact_dropped_calls"], "6");
+}
+
 /// javap -c ExactExceptions; a(i) for i = 0, 1, 2 and c(1) throws NumberFormatException from
 /// Integer.parseInt (not instrumented) through c and b into a's handler.
 ///

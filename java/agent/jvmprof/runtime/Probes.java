@@ -13,7 +13,8 @@ package jvmprof.runtime;
  * context current again; {@code restore(node)} at the start of each exception handler makes
  * the catching frame's context current whatever happened in between. So the hot path is one
  * thread lookup per call and field updates on nodes the thread owns: no lock, no shared write.
- * Counters are 64-bit, so they never overflow; the agent reads the trees (racily while threads
+ * Past the node budget calls still count, under a "[past node budget]" child of the last kept
+ * context (see SPILL), and allocate nothing. Counters are 64-bit, so they never overflow; the agent reads the trees (racily while threads
  * run, which only makes a live view slightly stale) through threads(), threadName(i) and
  * tree(i). Trees of finished threads are kept.
  *
@@ -24,15 +25,27 @@ package jvmprof.runtime;
 public final class Probes {
     private Probes() {}
 
+    /**
+     * Method id of the contexts that stand for calls past the node budget: each kept context gets
+     * at most one such child (outside the budget, so at most as many as kept contexts), which
+     * counts the calls it made once the budget was spent, whatever their method; calls below those
+     * go to a per-thread chain with one node per depth (see {@link Root#deeper}), folded into the
+     * child they came from. So a call past the budget allocates nothing, kept contexts' counts
+     * stay exact and the totals stay complete.
+     */
+    static final int SPILL = -2;
+
     /** One calling context. */
     public static final class Node {
         final int method;
-        final Node parent;
+        /** Final but for the first node of a thread's spill chain, re-parented as it is reused. */
+        Node parent;
         final Root root;
         long calls;
         long bytecodes;
         /** Children by method id: open addressing, replaced as a whole when it grows. */
         Node[] kids;
+        /** Number of children; for a spill node, its depth below the last kept context. */
         int size;
         int lastKey = -1;
         Node lastKid;
@@ -45,6 +58,12 @@ public final class Probes {
 
         Node child(int id) {
             if (lastKey == id) return lastKid;
+            return miss(id);
+        }
+
+        private Node miss(int id) {
+            // A spill node never caches: its callee is the next node of the thread's chain.
+            if (method == SPILL) return root.deeper(this);
             Node c = find(id);
             if (c == null) c = add(id);
             lastKey = id;
@@ -64,13 +83,21 @@ public final class Probes {
         }
 
         private Node add(int id) {
-            if (!reserveNode()) {
-                // Past the node budget: a detached context keeps enter/exit consistent but its
-                // counts are lost (and counted as dropped).
-                DROPPED[0]++;
-                return new Node(id, this, root);
+            if (!root.reserveNode()) {
+                // Past the node budget: the one spill child of this context (created once).
+                Node s = find(SPILL);
+                if (s == null) {
+                    s = new Node(SPILL, this, root);
+                    insert(s);
+                }
+                return s;
             }
             Node c = new Node(id, this, root);
+            insert(c);
+            return c;
+        }
+
+        private void insert(Node c) {
             Node[] t = kids;
             if (t == null || (size + 1) * 2 > t.length) {
                 Node[] g = new Node[t == null ? 4 : t.length * 2];
@@ -81,7 +108,6 @@ public final class Probes {
                 put(t, c);
             }
             size++;
-            return c;
         }
 
         private static void put(Node[] t, Node n) {
@@ -98,12 +124,71 @@ public final class Probes {
         final String name;
         final Node top;
         Node current;
+        /** Node budget this thread reserved and has not used yet. */
+        int budget;
+        /**
+         * Calls below a spill node, one node per depth (index 1 is the spill node's callee):
+         * bounded by the thread's stack depth. Their counts belong to chain[1].parent and are
+         * moved there when the chain is taken over by another spill node.
+         */
+        Node[] chain = new Node[8];
 
         Root(Thread thread) {
             this.thread = thread;
             this.name = thread.getName();
             this.top = new Node(-1, null, this);
             this.current = top;
+        }
+
+        boolean reserveNode() {
+            if (budget > 0) {
+                budget--;
+                return true;
+            }
+            if (full) return false;
+            synchronized (LOCK) {
+                int n = maxNodes - nodes < CHUNK ? maxNodes - nodes : CHUNK;
+                if (n <= 0) {
+                    full = true;
+                    return false;
+                }
+                nodes += n;
+                budget = n - 1;
+                return true;
+            }
+        }
+
+        /** The chain node for a call made in spill node from. */
+        Node deeper(Node from) {
+            int k = from.size + 1;
+            if (k >= chain.length) {
+                Node[] g = new Node[chain.length * 2];
+                System.arraycopy(chain, 0, g, 0, chain.length);
+                chain = g;
+            }
+            Node c = chain[k];
+            if (c == null) {
+                c = new Node(SPILL, from, this);
+                c.size = k;
+                chain[k] = c;
+            } else if (c.parent != from) {
+                // Only chain[1] changes parents (a deeper node's parent is the one above it).
+                flushChain();
+                c.parent = from;
+            }
+            return c;
+        }
+
+        /** Moves the chain's counts to the spill node it hangs from. */
+        private void flushChain() {
+            Node owner = chain[1].parent;
+            for (int k = 1; k < chain.length && chain[k] != null; k++) {
+                Node c = chain[k];
+                owner.calls += c.calls;
+                owner.bytecodes += c.bytecodes;
+                c.calls = 0;
+                c.bytecodes = 0;
+            }
         }
     }
 
@@ -112,18 +197,12 @@ public final class Probes {
     private static Root[] roots = new Root[16];
     private static int rootCount;
     private static Root[] frozen = new Root[0];
+    /** Node budget handed out to threads (under LOCK), in chunks so that few nodes lock. */
     private static int nodes;
     private static int maxNodes = 1 << 22;
-    /** Calls whose context was not kept because the node budget was spent (racy, approximate). */
-    private static final long[] DROPPED = new long[1];
-
-    private static boolean reserveNode() {
-        synchronized (LOCK) {
-            if (nodes >= maxNodes) return false;
-            nodes++;
-            return true;
-        }
-    }
+    private static final int CHUNK = 256;
+    /** Set once the budget is spent (racy: a thread that misses it takes the lock once more). */
+    private static boolean full;
 
     /**
      * Roots by thread id modulo the table size: a cache in front of the ThreadLocal. Racy on
@@ -211,10 +290,15 @@ public final class Probes {
         return n != null ? n : r.name;
     }
 
-    /** Nodes created and calls dropped past the node budget. */
+    /**
+     * Contexts kept (the budget threads reserved, less what they have not used) and the budget.
+     * Calls past the budget are the calls of the SPILL nodes in the trees.
+     */
     public static long[] stats() {
         synchronized (LOCK) {
-            return new long[] {nodes, maxNodes, DROPPED[0]};
+            long used = nodes;
+            for (int i = 0; i < rootCount; i++) used -= roots[i].budget;
+            return new long[] {used, maxNodes};
         }
     }
 
@@ -223,7 +307,16 @@ public final class Probes {
      * method id (-1 for the root), calls, bytecodes.
      */
     public static long[] tree(int i) {
-        Node top = frozen[i].top;
+        Root root = frozen[i];
+        Node top = root.top;
+        // The chain's counts not yet moved to the spill node they belong to (racy, like the rest).
+        Node[] chain = root.chain;
+        Node owner = chain[1] != null ? chain[1].parent : null;
+        long ownerCalls = 0, ownerBytecodes = 0;
+        for (int k = 1; k < chain.length && chain[k] != null; k++) {
+            ownerCalls += chain[k].calls;
+            ownerBytecodes += chain[k].bytecodes;
+        }
         long[] out = new long[64];
         int len = 0;
         Node[] stack = new Node[64];
@@ -243,8 +336,8 @@ public final class Probes {
             }
             out[len++] = d;
             out[len++] = n.method;
-            out[len++] = n.calls;
-            out[len++] = n.bytecodes;
+            out[len++] = n.calls + (n == owner ? ownerCalls : 0);
+            out[len++] = n.bytecodes + (n == owner ? ownerBytecodes : 0);
             Node[] kids = n.kids;
             if (kids == null) continue;
             for (Node k : kids) {
