@@ -61,8 +61,9 @@ pub struct ExactOptions {
     /// Class patterns never instrumented (wins over include).
     pub exclude: Vec<String>,
     pub bba: Bba,
-    /// Most calling-context nodes kept (all threads together); calls past it are counted under
-    /// a `[past node budget]` child of the last kept context (at most one per kept context).
+    /// Most calling-context nodes kept (all threads together; the runtime lowers it to one per KiB
+    /// of maximum heap); calls past it are counted under a `[past node budget]` child of the
+    /// last kept context (at most one per kept context).
     pub max_nodes: u32,
 }
 

@@ -266,10 +266,22 @@ public final class Probes {
 
     // ---- read by the agent (JNI), on its own thread ----
 
-    /** Sets the node budget (all threads together) and initializes this class. */
+    /**
+     * Bytes of maximum heap per node of budget. A kept context costs about 80 bytes (the Node,
+     * 56 with compressed oops, and its slot in the parent's table, at most half full), and may
+     * have one spill child: so the trees stay under about a sixth of the heap.
+     */
+    private static final long HEAP_PER_NODE = 1024;
+
+    /**
+     * Sets the node budget (all threads together), at most what the heap affords, and
+     * initializes this class (runs before any class is rewritten, so Runtime is untouched).
+     */
     public static int init(int max) {
+        long afford = Runtime.getRuntime().maxMemory() / HEAP_PER_NODE;
         synchronized (LOCK) {
             if (max > 0) maxNodes = max;
+            if (afford > 0 && afford < maxNodes) maxNodes = (int) afford;
             return maxNodes;
         }
     }
