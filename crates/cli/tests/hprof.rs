@@ -278,10 +278,14 @@ fn juc_locks_by_attach_and_the_jvm_runs_on_unmodified() {
     let mut child = Command::new("java")
         .args(["-Xlog:redefine+class+load=info", "-cp"])
         .arg(classes())
-        .args(["JucContention", "15"])
+        .args(["JucContention", "stdin"])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    // The program runs until its standard input ends: the sessions below take as long as the
+    // machine makes them take (a fixed run time made this test fail on a loaded machine).
+    let stdin = child.stdin.take().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut target = Target(child);
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
@@ -307,6 +311,7 @@ fn juc_locks_by_attach_and_the_jvm_runs_on_unmodified() {
         );
         check_juc_profile(&p);
     }
+    drop(stdin);
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     let redefined = rest
         .iter()

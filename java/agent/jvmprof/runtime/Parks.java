@@ -15,16 +15,25 @@ import java.util.concurrent.locks.StampedLock;
  * which takes the thread's stack. This class must never park or take a j.u.c lock itself (it
  * runs inside LockSupport) and has no nested classes (the agent defines it alone in the boot
  * loader).
+ *
+ * <p>Only parks that began after the session started count. A park that began in an earlier
+ * session's rewritten LockSupport (now an obsolete method version, still on the thread's stack)
+ * and ends in a later session would otherwise report the whole time in between, and with a
+ * stack whose park frame the agent does not recognise as its own (an obsolete method has its
+ * own method ID): a thread deep in a ReentrantLock's queue can stay parked for seconds.
  */
 public final class Parks {
     private Parks() {}
 
     private static volatile boolean enabled;
+    /** System.nanoTime() when the running session started. */
+    private static volatile long sinceNanos;
     private static volatile long thresholdNanos;
 
     /** Called by the agent when a lock session starts. Returns 0. */
     public static int enable(long threshold) {
         thresholdNanos = threshold;
+        sinceNanos = System.nanoTime();
         enabled = true;
         return 0;
     }
@@ -41,7 +50,7 @@ public final class Parks {
      * (if any) was set with LockSupport.setCurrentBlocker (e.g. by Condition.await).
      */
     public static void parked(Object blocker, long startNanos) {
-        if (!enabled) {
+        if (!enabled || startNanos - sinceNanos < 0) {
             return;
         }
         long ns = System.nanoTime() - startNanos;
