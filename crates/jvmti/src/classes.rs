@@ -172,21 +172,8 @@ impl Jni {
         sig: &str,
         args: &[i32],
     ) -> Option<Vec<i64>> {
-        if !sig.ends_with(")[J") {
-            return None;
-        }
-        let m = self.static_method(class, name, sig)?;
-        let args: Vec<jni::jvalue> = args.iter().map(|&i| jni::jvalue { i }).collect();
+        let array = self.call_static_object(class, name, sig, ")[J", args)?;
         let env = self.env();
-        // SAFETY: as in call_static_int; the result type is long[] (checked above).
-        let array = unsafe { env.call_static_object_method(class.0, m, &args) };
-        if env.exception_check() {
-            env.exception_clear();
-            return None;
-        }
-        if array.is_null() {
-            return None;
-        }
         // SAFETY: `array` is the live long[] local reference just returned.
         let len = unsafe { env.get_array_length(array) }.max(0);
         let mut out = vec![0i64; len as usize];
@@ -204,24 +191,37 @@ impl Jni {
         sig: &str,
         args: &[i32],
     ) -> Option<String> {
-        if !sig.ends_with(")Ljava/lang/String;") {
+        let s = self.call_static_object(class, name, sig, ")Ljava/lang/String;", args)?;
+        // SAFETY: `s` is the live String local reference just returned.
+        let text = unsafe { self.env().get_string_utf(s) };
+        self.delete_local_ref(s);
+        text
+    }
+
+    /// Calls a static method with int arguments whose signature ends in `returns` (an object
+    /// type); the non-null local reference it returned, or None (wrong signature, exception,
+    /// null).
+    fn call_static_object(
+        &self,
+        class: GlobalRef,
+        name: &str,
+        sig: &str,
+        returns: &str,
+        args: &[i32],
+    ) -> Option<jni::jobject> {
+        if !sig.ends_with(returns) {
             return None;
         }
         let m = self.static_method(class, name, sig)?;
         let args: Vec<jni::jvalue> = args.iter().map(|&i| jni::jvalue { i }).collect();
         let env = self.env();
-        // SAFETY: as in call_static_int; the result type is String (checked above).
-        let s = unsafe { env.call_static_object_method(class.0, m, &args) };
+        // SAFETY: as in call_static_int; the result is an object of the type `returns` names
+        // (checked above against `sig`, which GetStaticMethodID checked against the method).
+        let object = unsafe { env.call_static_object_method(class.0, m, &args) };
         if env.exception_check() {
             env.exception_clear();
             return None;
         }
-        if s.is_null() {
-            return None;
-        }
-        // SAFETY: `s` is the live String local reference just returned.
-        let text = unsafe { env.get_string_utf(s) };
-        self.delete_local_ref(s);
-        text
+        (!object.is_null()).then_some(object)
     }
 }
