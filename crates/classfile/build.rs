@@ -1,66 +1,17 @@
 //! Compiles the Java runtime under `java/jvmprof/runtime` with `javac --release 11` into
-//! OUT_DIR; `src/runtime.rs` embeds the class files.
+//! OUT_DIR; `src/runtime.rs` embeds the class files (the shared steps: `java/embed.rs`).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+#[path = "../../java/embed.rs"]
+mod embed;
 
 fn main() {
-    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
-    let src_dir = manifest.join("../../java/jvmprof/runtime");
-    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
-    let classes = out.join("runtime-classes");
-    println!("cargo:rerun-if-changed={}", src_dir.display());
-    let mut sources: Vec<PathBuf> = std::fs::read_dir(&src_dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", src_dir.display()))
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "java"))
-        .collect();
-    sources.sort();
-    for s in &sources {
-        println!("cargo:rerun-if-changed={}", s.display());
-    }
-    let javac = std::env::var_os("JAVA_HOME")
-        .map(|h| Path::new(&h).join("bin/javac"))
-        .filter(|p| p.exists())
-        .unwrap_or_else(|| PathBuf::from("javac"));
-    let _ = std::fs::remove_dir_all(&classes);
-    let status = Command::new(&javac)
-        .args(["--release", "11", "-nowarn", "-d"])
-        .arg(&classes)
-        .args(&sources)
-        .status()
-        .unwrap_or_else(|e| {
-            panic!(
-                "jvmprof-classfile needs a JDK (javac, 11 or newer) to build its Java runtime: \
-                 running {} failed: {e}. Install a JDK or set JAVA_HOME.",
-                javac.display()
-            )
-        });
-    assert!(status.success(), "javac failed on {}", src_dir.display());
-    let mut files = Vec::new();
-    collect(&classes, &classes, &mut files);
-    files.sort();
-    let mut code = String::from(
-        "/// (path in a jar, class bytes) of the runtime classes.\npub const CLASSES: &[(&str, &[u8])] = &[\n",
-    );
-    for (rel, abs) in files {
-        code.push_str(&format!(
-            "    ({rel:?}, include_bytes!({:?})),\n",
-            abs.display().to_string()
-        ));
-    }
-    code.push_str("];\n");
-    std::fs::write(out.join("runtime_classes.rs"), code).expect("write runtime_classes.rs");
-}
-
-fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            collect(root, &p, out);
-        } else if let Ok(rel) = p.strip_prefix(root) {
-            out.push((rel.display().to_string(), p.clone()));
-        }
-    }
+    embed::build(&embed::Runtime {
+        crate_name: "jvmprof-classfile",
+        sources: "../../java/jvmprof/runtime",
+        javac_args: &["--release", "11"],
+        classes: "runtime-classes",
+        rust_file: "runtime_classes.rs",
+        doc: "(path in a jar, class bytes) of the runtime classes.",
+        constant: "CLASSES",
+    });
 }
