@@ -421,6 +421,18 @@ impl Code {
             .collect()
     }
 
+    /// Where each placed label is: its index in `insns`.
+    pub fn label_positions(&self) -> HashMap<Label, usize> {
+        self.insns
+            .iter()
+            .enumerate()
+            .filter_map(|(i, x)| match x {
+                Insn::Label(l) => Some((*l, i)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// A fresh label (place it with [`Insn::Label`]).
     pub fn new_label(&mut self) -> Label {
         self.next_label += 1;

@@ -274,18 +274,7 @@ fn constructor_init_call(cf: &ClassFile, code: &Code) -> std::result::Result<usi
         }
     }
     let p = found.ok_or("no super()/this() call found")?;
-    let positions: std::collections::HashMap<_, _> = code
-        .insns
-        .iter()
-        .enumerate()
-        .filter_map(|(i, x)| {
-            if let Insn::Label(l) = x {
-                Some((*l, i))
-            } else {
-                None
-            }
-        })
-        .collect();
+    let positions = code.label_positions();
     let pos_of = |l| positions.get(&l).copied().unwrap_or(usize::MAX);
     for (i, insn) in code.insns.iter().enumerate() {
         for t in insn.targets() {
@@ -586,16 +575,9 @@ fn add_contexts(
 /// edges; `None` for unreachable code. `None` overall when the count is not a function of the
 /// position (unstructured locking) or the code uses subroutines (`jsr`/`ret`).
 fn monitor_depths(code: &Code) -> Option<Vec<Option<u32>>> {
-    use crate::opcodes::{GOTO, JSR};
-    const MONITORENTER: u8 = 0xc2;
-    const MONITOREXIT: u8 = 0xc3;
+    use crate::opcodes::{GOTO, JSR, MONITORENTER, MONITOREXIT};
     let n = code.insns.len();
-    let mut at_label = std::collections::HashMap::new();
-    for (i, insn) in code.insns.iter().enumerate() {
-        if let Insn::Label(l) = insn {
-            at_label.insert(*l, i);
-        }
-    }
+    let at_label = code.label_positions();
     let pos = |l: &Label| at_label.get(l).copied();
     // Handlers in table order as (first covered index, end index, handler index, catches all).
     let mut handlers = Vec::new();
