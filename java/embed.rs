@@ -1,7 +1,8 @@
 //! The build-script half of embedding a Java runtime in a crate, shared by the build scripts
 //! of jvmprof-classfile (the offline runtime) and jvmprof-agent (the exact-mode runtime):
-//! compile every `.java` file of one directory with the JDK's javac into OUT_DIR, and write a
-//! Rust file listing `(path under a class-path root, class bytes)` for `include!`.
+//! compile every `.java` file of one directory with the JDK's `javac --release 11` into OUT_DIR
+//! (the runtimes run on JDK 11 and later), and write a Rust file listing `(path under a
+//! class-path root, class bytes)` for `include!`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,8 +12,6 @@ pub struct Runtime<'a> {
     pub crate_name: &'a str,
     /// Source directory, relative to the crate's manifest directory.
     pub sources: &'a str,
-    /// javac options before `-d`.
-    pub javac_args: &'a [&'a str],
     /// Directory under OUT_DIR for the class files.
     pub classes: &'a str,
     /// File under OUT_DIR for the generated Rust.
@@ -44,8 +43,7 @@ pub fn build(r: &Runtime<'_>) {
         .unwrap_or_else(|| PathBuf::from("javac"));
     let _ = std::fs::remove_dir_all(&classes);
     let status = Command::new(&javac)
-        .args(r.javac_args)
-        .args(["-nowarn", "-d"])
+        .args(["--release", "11", "-nowarn", "-d"])
         .arg(&classes)
         .args(&sources)
         .status()

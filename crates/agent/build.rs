@@ -9,7 +9,6 @@ fn main() {
     embed::build(&embed::Runtime {
         crate_name: "jvmprof-agent",
         sources: "../../java/agent/jvmprof/runtime",
-        javac_args: &["--release", "11"],
         classes: "exact-runtime",
         rust_file: "exact_runtime.rs",
         doc: "(path under a class-path root, class bytes) of the exact-mode runtime classes.",

@@ -8,7 +8,6 @@ fn main() {
     embed::build(&embed::Runtime {
         crate_name: "jvmprof-classfile",
         sources: "../../java/jvmprof/runtime",
-        javac_args: &["--release", "11"],
         classes: "runtime-classes",
         rust_file: "runtime_classes.rs",
         doc: "(path in a jar, class bytes) of the runtime classes.",

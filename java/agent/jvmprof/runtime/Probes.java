@@ -14,9 +14,9 @@ package jvmprof.runtime;
  * the catching frame's context current whatever happened in between. So the hot path is one
  * thread lookup per call and field updates on nodes the thread owns: no lock, no shared write.
  * Past the node budget calls still count, under a "[past node budget]" child of the last kept
- * context (see SPILL), and allocate nothing. Counters are 64-bit, so they never overflow; the agent reads the trees (racily while threads
- * run, which only makes a live view slightly stale) through threads(), threadName(i) and
- * tree(i). Trees of finished threads are kept.
+ * context (see SPILL), and allocate nothing. Counters are 64-bit, so they never overflow; the
+ * agent reads the trees (racily while threads run, which only makes a live view slightly stale)
+ * through threads(), threadName(i) and tree(i). Trees of finished threads are kept.
  *
  * This class must stay self-contained: it runs inside instrumented JDK code, so it calls no JDK
  * method that the agent may instrument (only ThreadLocal, Thread and System.arraycopy, which the
