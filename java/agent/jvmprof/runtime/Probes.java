@@ -12,7 +12,9 @@ package jvmprof.runtime;
  * {@code close(node, n)} on every normal and exceptional exit, which also makes the caller's
  * context current again; {@code restore(node)} at the start of each exception handler makes
  * the catching frame's context current whatever happened in between. So the hot path is one
- * thread lookup per call and field updates on nodes the thread owns: no lock, no shared write.
+ * thread lookup per call, a hit in the thread's context cache and field updates on nodes the
+ * thread owns: no lock, no shared write, and no reference store (the current context is an
+ * index, so no GC write barrier).
  * Past the node budget calls still count, under a "[past node budget]" child of the last kept
  * context (see SPILL), and allocate nothing. Counters are 64-bit, so they never overflow; the
  * agent reads the trees (racily while threads run, which only makes a live view slightly stale)
@@ -49,11 +51,17 @@ public final class Probes {
         int size;
         int lastKey = -1;
         Node lastKid;
+        /** This node's place in its thread's table (and its hash in the thread's cache). */
+        final int index;
+        /** The parent's index (changes with parent, for the spill chain's first node). */
+        int up;
 
         Node(int method, Node parent, Root root) {
             this.method = method;
             this.parent = parent;
             this.root = root;
+            this.up = parent == null ? 0 : parent.index;
+            this.index = root.register(this);
         }
 
         Node child(int id) {
@@ -123,7 +131,15 @@ public final class Probes {
         final Thread thread;
         final String name;
         final Node top;
-        Node current;
+        /**
+         * Index in table of the current context. An int, not a Node: open and close move it on
+         * every call, and a reference store into this (old) object costs G1's post-write
+         * barrier with its StoreLoad fence, which made up most of the probes' cost.
+         */
+        int cur;
+        /** Every node of this thread, by index (grown by copying). */
+        Node[] table = new Node[64];
+        int tableSize;
         /** Node budget this thread reserved and has not used yet. */
         int budget;
         /**
@@ -132,12 +148,26 @@ public final class Probes {
          * moved there when the chain is taken over by another spill node.
          */
         Node[] chain = new Node[8];
+        /**
+         * Contexts by (parent, method) hash: most calls find their context here with no write
+         * (a node's last-child cache alone missed 64 % of H2's calls, since a method calls
+         * several others in turn). Only this thread writes it, and a hit is checked against the
+         * node's own parent and method, so a stale entry is never wrong.
+         */
+        final Node[] cache = new Node[CACHE];
+
+        /** A cache miss: the child from the parent's table (created if new), cached. */
+        Node enter(Node p, int id, int slot) {
+            Node c = p.child(id);
+            cache[slot] = c;
+            return c;
+        }
 
         Root(Thread thread) {
             this.thread = thread;
             this.name = thread.getName();
             this.top = new Node(-1, null, this);
-            this.current = top;
+            this.cur = top.index;
         }
 
         boolean reserveNode() {
@@ -158,6 +188,16 @@ public final class Probes {
             }
         }
 
+        int register(Node n) {
+            if (tableSize == table.length) {
+                Node[] g = new Node[table.length * 2];
+                System.arraycopy(table, 0, g, 0, tableSize);
+                table = g;
+            }
+            table[tableSize] = n;
+            return tableSize++;
+        }
+
         /** The chain node for a call made in spill node from. */
         Node deeper(Node from) {
             int k = from.size + 1;
@@ -175,6 +215,7 @@ public final class Probes {
                 // Only chain[1] changes parents (a deeper node's parent is the one above it).
                 flushChain();
                 c.parent = from;
+                c.up = from.index;
             }
             return c;
         }
@@ -201,6 +242,8 @@ public final class Probes {
     private static int nodes;
     private static int maxNodes = 1 << 22;
     private static final int CHUNK = 256;
+    /** Entries of each thread's context cache (a power of two; 8 KiB per thread). */
+    static final int CACHE = 2048;
     /** Set once the budget is spent (racy: a thread that misses it takes the lock once more). */
     private static boolean full;
 
@@ -242,9 +285,12 @@ public final class Probes {
     /** Method entry: the context of method id under the thread's current one, counted. */
     public static Node open(int id) {
         Root r = root();
-        Node c = r.current.child(id);
+        Node p = r.table[r.cur];
+        int slot = (p.index * 0x9E3779B9 + id) & (CACHE - 1);
+        Node c = r.cache[slot];
+        if (c == null || c.parent != p || c.method != id) c = r.enter(p, id, slot);
         c.calls++;
-        r.current = c;
+        r.cur = c.index;
         return c;
     }
 
@@ -256,20 +302,21 @@ public final class Probes {
     /** Method exit (normal or exceptional): the last bytecodes, and the caller is current. */
     public static void close(Node n, long bytecodes) {
         n.bytecodes += bytecodes;
-        n.root.current = n.parent;
+        n.root.cur = n.up;
     }
 
     /** Exception handler entry: the catching frame's context is current again. */
     public static void restore(Node n) {
-        if (n != null) n.root.current = n;
+        if (n != null) n.root.cur = n.index;
     }
 
     // ---- read by the agent (JNI), on its own thread ----
 
     /**
-     * Bytes of maximum heap per node of budget. A kept context costs about 80 bytes (the Node,
-     * 56 with compressed oops, and its slot in the parent's table, at most half full), and may
-     * have one spill child: so the trees stay under about a sixth of the heap.
+     * Bytes of maximum heap per node of budget. A kept context costs about 90 bytes (the Node,
+     * 64 with compressed oops, its slot in the parent's table, at most half full, and in its
+     * thread's index), and may have one spill child: so the trees stay under about a sixth of
+     * the heap.
      */
     private static final long HEAP_PER_NODE = 1024;
 
