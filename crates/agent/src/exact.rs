@@ -410,8 +410,9 @@ pub fn meta(extra: &mut BTreeMap<String, String>) {
 /// Reads the runtime's trees into a profile, adding what grew since the last merge.
 #[derive(Default)]
 pub struct Collector {
-    /// (runtime thread index, stack) → (calls, bytecodes) already added.
-    seen: HashMap<(usize, u32), (u64, u64)>,
+    /// (runtime thread index, stack) → (calls, bytecodes) already added: one entry per context,
+    /// so millions for javac, hence foldhash.
+    seen: HashMap<(usize, u32), (u64, u64), foldhash::fast::RandomState>,
     frames: HashMap<i64, u32>,
     /// (contexts kept, node budget, calls past the budget).
     pub stats: (i64, i64, i64),

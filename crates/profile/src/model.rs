@@ -1,7 +1,14 @@
 //! The in-memory profile: interned frames and stacks, threads, and aggregated samples.
 
+use hashbrown::HashTable;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasher;
+
+/// The interning maps' hasher: foldhash, since the builder hashes every stack it is given
+/// (an exact-mode profile of javac hands it millions of stacks, each of dozens of frames, and
+/// SipHash took most of the writer's time).
+type Fast = foldhash::fast::RandomState;
 
 /// What a frame stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -303,10 +310,12 @@ impl Profile {
 #[derive(Debug)]
 pub struct ProfileBuilder {
     profile: Profile,
-    frame_ids: HashMap<Frame, u32>,
-    stack_ids: HashMap<Vec<u32>, u32>,
-    thread_ids: HashMap<Thread, u32>,
-    sample_ids: HashMap<(u32, u32, ThreadState), usize>,
+    frame_ids: HashMap<Frame, u32, Fast>,
+    /// Stack ids by their frames, which live only in `profile.stacks` (not twice).
+    stack_ids: HashTable<u32>,
+    thread_ids: HashMap<Thread, u32, Fast>,
+    sample_ids: HashMap<(u32, u32, ThreadState), usize, Fast>,
+    hasher: Fast,
 }
 
 impl ProfileBuilder {
@@ -316,10 +325,11 @@ impl ProfileBuilder {
                 meta,
                 ..Profile::default()
             },
-            frame_ids: HashMap::new(),
-            stack_ids: HashMap::new(),
-            thread_ids: HashMap::new(),
-            sample_ids: HashMap::new(),
+            frame_ids: HashMap::default(),
+            stack_ids: HashTable::new(),
+            thread_ids: HashMap::default(),
+            sample_ids: HashMap::default(),
+            hasher: Fast::default(),
         }
     }
 
@@ -346,13 +356,23 @@ impl ProfileBuilder {
 
     /// Interns a stack given root first.
     pub fn stack(&mut self, frames: &[u32]) -> u32 {
-        if let Some(id) = self.stack_ids.get(frames) {
-            return *id;
+        let stacks = &self.profile.stacks;
+        let hasher = &self.hasher;
+        let hash = hasher.hash_one(frames);
+        let entry = self.stack_ids.entry(
+            hash,
+            |&id| stacks[id as usize] == frames,
+            |&id| hasher.hash_one(&stacks[id as usize]),
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(e) => *e.get(),
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                let id = stacks.len() as u32;
+                e.insert(id);
+                self.profile.stacks.push(frames.to_vec());
+                id
+            }
         }
-        let id = self.profile.stacks.len() as u32;
-        self.profile.stacks.push(frames.to_vec());
-        self.stack_ids.insert(frames.to_vec(), id);
-        id
     }
 
     pub fn thread(&mut self, thread: Thread) -> u32 {
