@@ -157,8 +157,8 @@ public final class Probes {
         final Node[] cache = new Node[CACHE];
 
         /** A cache miss: the child from the parent's table (created if new), cached. */
-        Node enter(Node p, int id, int slot) {
-            Node c = p.child(id);
+        Node enter(int parent, int id, int slot) {
+            Node c = table[parent].child(id);
             cache[slot] = c;
             return c;
         }
@@ -285,10 +285,11 @@ public final class Probes {
     /** Method entry: the context of method id under the thread's current one, counted. */
     public static Node open(int id) {
         Root r = root();
-        Node p = r.table[r.cur];
-        int slot = (p.index * 0x9E3779B9 + id) & (CACHE - 1);
+        int cur = r.cur;
+        int slot = (cur * 0x9E3779B9 + id) & (CACHE - 1);
         Node c = r.cache[slot];
-        if (c == null || c.parent != p || c.method != id) c = r.enter(p, id, slot);
+        // Indices are unique per thread, so the parent's index identifies the parent.
+        if (c == null || c.up != cur || c.method != id) c = r.enter(cur, id, slot);
         c.calls++;
         r.cur = c.index;
         return c;
