@@ -1,7 +1,7 @@
 //! The build-script half of embedding a Java runtime in a crate, shared by the build scripts
 //! of jvmprof-classfile (the offline runtime) and jvmprof-agent (the exact-mode runtime):
-//! compile every `.java` file of one directory with the JDK's `javac --release 11` into OUT_DIR
-//! (the runtimes run on JDK 11 and later), and write a Rust file listing `(path under a
+//! compile every `.java` file of one directory with the JDK's `javac -source 11 -target 11` into
+//! OUT_DIR (the runtimes run on JDK 11 and later), and write a Rust file listing `(path under a
 //! class-path root, class bytes)` for `include!`.
 
 use std::path::{Path, PathBuf};
@@ -43,7 +43,19 @@ pub fn build(r: &Runtime<'_>) {
         .unwrap_or_else(|| PathBuf::from("javac"));
     let _ = std::fs::remove_dir_all(&classes);
     let status = Command::new(&javac)
-        .args(["--release", "11", "-nowarn", "-d"])
+        // Not --release 11, which forbids --add-exports: the exact runtime marks a probe
+        // @jdk.internal.vm.annotation.DontInline, which HotSpot honours for boot-loader
+        // classes. The runtimes use only APIs that JDK 11 has.
+        .args([
+            "-source",
+            "11",
+            "-target",
+            "11",
+            "--add-exports",
+            "java.base/jdk.internal.vm.annotation=ALL-UNNAMED",
+            "-nowarn",
+            "-d",
+        ])
         .arg(&classes)
         .args(&sources)
         .status()

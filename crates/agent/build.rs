@@ -1,6 +1,6 @@
 //! Compiles the exact-mode Java runtime under `java/agent/jvmprof/runtime` with
-//! `javac --release 11` into OUT_DIR; `src/exact.rs` embeds the class files and puts them on the
-//! boot class path at start-up (the shared steps: `java/embed.rs`).
+//! `javac -source 11 -target 11` into OUT_DIR; `src/exact.rs` embeds the class files and puts
+//! them on the boot class path at start-up (the shared steps: `java/embed.rs`).
 
 #[path = "../../java/embed.rs"]
 mod embed;

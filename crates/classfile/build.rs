@@ -1,4 +1,4 @@
-//! Compiles the Java runtime under `java/jvmprof/runtime` with `javac --release 11` into
+//! Compiles the Java runtime under `java/jvmprof/runtime` with `javac -source 11 -target 11` into
 //! OUT_DIR; `src/runtime.rs` embeds the class files (the shared steps: `java/embed.rs`).
 
 #[path = "../../java/embed.rs"]
