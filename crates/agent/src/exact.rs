@@ -447,7 +447,9 @@ impl Collector {
                     return;
                 };
                 let thread = builder.thread(Thread { tid: 0, name });
-                let mut path: Vec<u32> = Vec::new();
+                // The stacks of the contexts above this one, by depth (1 first): each context's
+                // stack is interned from its parent's, in constant time.
+                let mut above: Vec<u32> = Vec::new();
                 for node in tree.chunks_exact(4) {
                     let (depth, method) = (node[0].max(0) as usize, node[1]);
                     let (calls, bytecodes) = (node[2].max(0) as u64, node[3].max(0) as u64);
@@ -455,18 +457,22 @@ impl Collector {
                         spilled = spilled.saturating_add(calls as i64);
                     }
                     let frame = self.frame(builder, &names, method);
-                    path.truncate(depth.saturating_sub(1));
-                    if depth == 0 {
+                    above.truncate(depth.saturating_sub(1));
+                    let stack = if depth == 0 {
+                        // The thread's root: a stack of its own when it has bytecodes (code
+                        // outside instrumented methods), never a prefix of its children's.
                         if bytecodes == 0 {
                             continue;
                         }
-                        path.clear();
-                    }
-                    path.push(frame);
+                        builder.child_stack(None, frame)
+                    } else {
+                        let stack = builder.child_stack(above.last().copied(), frame);
+                        above.push(stack);
+                        stack
+                    };
                     if calls == 0 && bytecodes == 0 {
                         continue;
                     }
-                    let stack = builder.stack(&path);
                     let seen = self.seen.entry((i as usize, stack)).or_default();
                     let (dc, db) = (
                         calls.saturating_sub(seen.0),

@@ -3,12 +3,24 @@
 use hashbrown::HashTable;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
-use std::hash::BuildHasher;
 
-/// The interning maps' hasher: foldhash, since the builder hashes every stack it is given
-/// (an exact-mode profile of javac hands it millions of stacks, each of dozens of frames, and
-/// SipHash took most of the writer's time).
+/// The interning maps' hasher: foldhash (SipHash over millions of keys took most of the
+/// writer's time at the end of an exact-mode run).
 type Fast = foldhash::fast::RandomState;
+
+/// Hash of the empty stack, the start of [`stack_hash`].
+const STACK_SEED: u64 = 0x243f_6a88_85a3_08d3;
+
+/// One step of the builder's stack hash: the hash of `parent + [frame]` from the hash of
+/// `parent`, so that a stack built from its parent hashes in constant time (an exact-mode
+/// profile of javac has millions of contexts dozens of frames deep).
+fn stack_hash(parent: u64, frame: u32) -> u64 {
+    // Multiply-xorshift (splitmix64's finalizer) over the running hash and the frame.
+    let mut h = (parent ^ u64::from(frame)).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
 
 /// What a frame stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -311,11 +323,12 @@ impl Profile {
 pub struct ProfileBuilder {
     profile: Profile,
     frame_ids: HashMap<Frame, u32, Fast>,
-    /// Stack ids by their frames, which live only in `profile.stacks` (not twice).
+    /// Stack ids by their frames, which live only in `profile.stacks` (not twice), hashed by
+    /// [`stack_hash`] (kept per stack in `stack_hashes`).
     stack_ids: HashTable<u32>,
+    stack_hashes: Vec<u64>,
     thread_ids: HashMap<Thread, u32, Fast>,
     sample_ids: HashMap<(u32, u32, ThreadState), usize, Fast>,
-    hasher: Fast,
 }
 
 impl ProfileBuilder {
@@ -327,9 +340,9 @@ impl ProfileBuilder {
             },
             frame_ids: HashMap::default(),
             stack_ids: HashTable::new(),
+            stack_hashes: Vec::new(),
             thread_ids: HashMap::default(),
             sample_ids: HashMap::default(),
-            hasher: Fast::default(),
         }
     }
 
@@ -356,23 +369,50 @@ impl ProfileBuilder {
 
     /// Interns a stack given root first.
     pub fn stack(&mut self, frames: &[u32]) -> u32 {
-        let stacks = &self.profile.stacks;
-        let hasher = &self.hasher;
-        let hash = hasher.hash_one(frames);
-        let entry = self.stack_ids.entry(
-            hash,
-            |&id| stacks[id as usize] == frames,
-            |&id| hasher.hash_one(&stacks[id as usize]),
-        );
-        match entry {
-            hashbrown::hash_table::Entry::Occupied(e) => *e.get(),
-            hashbrown::hash_table::Entry::Vacant(e) => {
-                let id = stacks.len() as u32;
-                e.insert(id);
-                self.profile.stacks.push(frames.to_vec());
-                id
-            }
+        let hash = frames.iter().fold(STACK_SEED, |h, &f| stack_hash(h, f));
+        match self.find_stack(hash, |s| s == frames) {
+            Some(id) => id,
+            None => self.add_stack(hash, frames.to_vec()),
         }
+    }
+
+    /// Interns `parent + [frame]` (the root frame alone when `parent` is `None`) without
+    /// hashing the parent's frames again: for callers that walk a tree of stacks.
+    pub fn child_stack(&mut self, parent: Option<u32>, frame: u32) -> u32 {
+        let stacks = &self.profile.stacks;
+        let (hash, prefix) = match parent {
+            Some(p) => (self.stack_hashes[p as usize], &stacks[p as usize][..]),
+            None => (STACK_SEED, &[][..]),
+        };
+        let hash = stack_hash(hash, frame);
+        let same = |s: &[u32]| s.split_last() == Some((&frame, prefix));
+        if let Some(id) = self.find_stack(hash, same) {
+            return id;
+        }
+        let mut frames = Vec::with_capacity(prefix.len() + 1);
+        frames.extend_from_slice(prefix);
+        frames.push(frame);
+        self.add_stack(hash, frames)
+    }
+
+    fn find_stack(&self, hash: u64, same: impl Fn(&[u32]) -> bool) -> Option<u32> {
+        let stacks = &self.profile.stacks;
+        let hashes = &self.stack_hashes;
+        self.stack_ids
+            .find(hash, |&id| {
+                hashes[id as usize] == hash && same(&stacks[id as usize])
+            })
+            .copied()
+    }
+
+    fn add_stack(&mut self, hash: u64, frames: Vec<u32>) -> u32 {
+        let id = self.profile.stacks.len() as u32;
+        self.profile.stacks.push(frames);
+        self.stack_hashes.push(hash);
+        let hashes = &self.stack_hashes;
+        self.stack_ids
+            .insert_unique(hash, id, |&i| hashes[i as usize]);
+        id
     }
 
     pub fn thread(&mut self, thread: Thread) -> u32 {
@@ -408,5 +448,46 @@ impl ProfileBuilder {
 
     pub fn finish(self) -> Profile {
         self.profile
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn child_stacks_and_whole_stacks_intern_to_the_same_ids() {
+        let mut b = ProfileBuilder::new(Meta::default());
+        let a = b.frame(Frame::java("C", "a", "", 0));
+        let c = b.frame(Frame::java("C", "c", "", 0));
+        let ab = b.stack(&[a, c]);
+        let root = b.child_stack(None, a);
+        assert_eq!(b.stack(&[a]), root);
+        assert_eq!(b.child_stack(Some(root), c), ab);
+        let aca = b.child_stack(Some(ab), a);
+        assert_eq!(b.stack(&[a, c, a]), aca);
+        // Same last frame, other prefix; same prefix, other frame: new stacks.
+        let ca = b.stack(&[c, a]);
+        assert!(![root, ab, aca].contains(&ca));
+        let aa = b.child_stack(Some(root), a);
+        assert!(![root, ab, aca, ca].contains(&aa));
+        assert_eq!(
+            b.profile().stacks,
+            vec![vec![a, c], vec![a], vec![a, c, a], vec![c, a], vec![a, a]]
+        );
+        // Many stacks, each interned once whichever way it comes.
+        let mut parent = None;
+        let mut ids = Vec::new();
+        for i in 0..10_000u32 {
+            let f = if i % 3 == 0 { a } else { c };
+            let id = b.child_stack(parent, f);
+            ids.push(id);
+            parent = Some(id);
+        }
+        let mut path = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            path.push(if i % 3 == 0 { a } else { c });
+            assert_eq!(b.stack(&path), *id);
+        }
     }
 }

@@ -23,12 +23,46 @@ const FORMAT: &str = "jvmprof";
 
 /// Writes `profile` as a native file.
 pub fn write(profile: &Profile, mut out: impl Write) -> io::Result<()> {
-    let body = postcard::to_stdvec(profile).map_err(io::Error::other)?;
     out.write_all(MAGIC)?;
     out.write_all(&VERSION.to_le_bytes())?;
-    let mut gz = GzEncoder::new(out, Compression::default());
-    gz.write_all(&body)?;
+    // Encoded straight into the compressor (through a buffer, since postcard writes a byte at
+    // a time): an exact-mode profile can encode to hundreds of MB, which a body in memory
+    // first would allocate, zero and copy as it grew.
+    let gz = GzEncoder::new(out, Compression::default());
+    let mut buffered = KeepError {
+        inner: io::BufWriter::with_capacity(1 << 16, gz),
+        error: None,
+    };
+    if let Err(e) = postcard::to_io(profile, &mut buffered) {
+        // postcard reports a failed write as its own error: give back the I/O error instead.
+        return Err(buffered.error.unwrap_or_else(|| io::Error::other(e)));
+    }
+    let gz = buffered.inner.into_inner().map_err(|e| e.into_error())?;
     gz.finish()?.flush()
+}
+
+/// A writer that keeps the first I/O error of the writer it wraps.
+struct KeepError<W> {
+    inner: W,
+    error: Option<io::Error>,
+}
+
+impl<W: Write> Write for KeepError<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.write(buf).map_err(|e| self.keep(e))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush().map_err(|e| self.keep(e))
+    }
+}
+
+impl<W> KeepError<W> {
+    fn keep(&mut self, e: io::Error) -> io::Error {
+        let copy = io::Error::new(e.kind(), e.to_string());
+        self.error.get_or_insert(e);
+        copy
+    }
 }
 
 /// Reads a native file, checking the header, the gzip checksum and every index in the profile.
@@ -121,6 +155,51 @@ mod tests {
         let mut buf = Vec::new();
         write(p, &mut buf).unwrap();
         buf
+    }
+
+    #[test]
+    fn a_failing_writer_gives_back_its_own_error() {
+        /// Takes `room` bytes, then fails as a full disk does.
+        struct Full {
+            room: usize,
+        }
+        impl Write for Full {
+            fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+                if self.room == 0 {
+                    return Err(io::Error::new(io::ErrorKind::StorageFull, "disk full"));
+                }
+                let n = buf.len().min(self.room);
+                self.room -= n;
+                Ok(n)
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        // A profile big enough that the encoder writes before the end.
+        let mut b = crate::ProfileBuilder::new(sample_profile().meta);
+        let frames: Vec<u32> = (0..200)
+            .map(|i| b.frame(crate::Frame::java("C", &format!("m{i}"), "", 0)))
+            .collect();
+        let t = b.thread(crate::Thread {
+            tid: 1,
+            name: "t".into(),
+        });
+        let mut parent = None;
+        for &f in &frames {
+            let s = b.child_stack(parent, f);
+            b.add(t, s, crate::ThreadState::Running, &[1]);
+            parent = Some(s);
+        }
+        let p = b.finish();
+        for room in [0, 5, 100, 2000] {
+            let e = write(&p, Full { room }).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::StorageFull, "room {room}: {e}");
+            assert_eq!(e.to_string(), "disk full");
+        }
+        let mut all = Vec::new();
+        write(&p, &mut all).unwrap();
+        assert_eq!(read(&all[..]).unwrap(), p);
     }
 
     #[test]
