@@ -196,6 +196,27 @@ fn recursion_gets_one_context_per_depth() {
     }
 }
 
+/// javap -c ExactDeep: down(n > 0) = iload_0, ifle | iload_0, iconst_1, isub, invokestatic |
+/// return = 7; down(0) = iload_0, ifle | return = 3; main = sipush, invokestatic, sipush,
+/// invokestatic, return = 5. Two walks down 2,001 nested contexts: the first misses every
+/// context in the runtime's per-thread cache, which grows (and restarts empty) several times
+/// on the way; the second finds them in the cache or the tree. Every context: 2 calls.
+#[test]
+fn deep_trees_count_exactly_while_the_context_cache_grows() {
+    let _g = serial();
+    let mut truth: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut s = String::from("ExactDeep.main");
+    truth.insert(s.clone(), (1, 5));
+    for depth in 1..=2001 {
+        s.push_str(";ExactDeep.down");
+        truth.insert(s.clone(), (2, if depth == 2001 { 6 } else { 14 }));
+    }
+    for bba in ["default", "precise"] {
+        let p = exact(None, &["--bba", bba], "ExactDeep");
+        assert_eq!(contexts(&p, false), truth, "--bba {bba}");
+    }
+}
+
 /// Past the node budget (`max_nodes=3`: main and fib at depths 1 and 2) calls still count, under
 /// one `[past node budget]` child of the last kept context: fib at depth 3 (4 calls, 28
 /// bytecodes) and depth 4 (2 calls, 10) of the truth above; kept contexts stay exact.

@@ -154,12 +154,22 @@ public final class Probes {
          * several others in turn). Only this thread writes it, and a hit is checked against the
          * node's own parent and method, so a stale entry is never wrong.
          */
-        final Node[] cache = new Node[CACHE];
+        Node[] cache = new Node[64];
+        /** Misses since the cache last grew. */
+        int misses;
 
         /** A cache miss: the child from the parent's table (created if new), cached. */
         Node enter(int parent, int id, int slot) {
             Node c = table[parent].child(id);
-            cache[slot] = c;
+            Node[] k = cache;
+            if (++misses > 2 * k.length && k.length < CACHE) {
+                // Grows (and starts empty) only for threads that miss a lot: a short-lived
+                // thread's tree, kept after it ends, keeps only a small cache with it.
+                cache = k = new Node[k.length * 2];
+                misses = 0;
+                slot = (parent * 0x9E3779B9 + id) & (k.length - 1);
+            }
+            k[slot] = c;
             return c;
         }
 
@@ -242,7 +252,10 @@ public final class Probes {
     private static int nodes;
     private static int maxNodes = 1 << 22;
     private static final int CHUNK = 256;
-    /** Entries of each thread's context cache (a power of two; 8 KiB per thread). */
+    /**
+     * Most entries of a thread's context cache (a power of two; 8 KiB with compressed oops).
+     * It starts at 64 and doubles when a thread's misses exceed twice its size.
+     */
     static final int CACHE = 2048;
     /** Set once the budget is spent (racy: a thread that misses it takes the lock once more). */
     private static boolean full;
@@ -293,8 +306,9 @@ public final class Probes {
     public static Node open(int id) {
         Root r = root();
         int cur = r.cur;
-        int slot = (cur * 0x9E3779B9 + id) & (CACHE - 1);
-        Node c = r.cache[slot];
+        Node[] k = r.cache;
+        int slot = (cur * 0x9E3779B9 + id) & (k.length - 1);
+        Node c = k[slot];
         // Indices are unique per thread, so the parent's index identifies the parent.
         if (c == null || c.up != cur || c.method != id) c = r.enter(cur, id, slot);
         c.calls++;
