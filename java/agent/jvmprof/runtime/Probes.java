@@ -40,8 +40,6 @@ public final class Probes {
     /** One calling context. */
     public static final class Node {
         final int method;
-        /** Final but for the first node of a thread's spill chain, re-parented as it is reused. */
-        Node parent;
         final Root root;
         long calls;
         long bytecodes;
@@ -53,12 +51,15 @@ public final class Probes {
         Node lastKid;
         /** This node's place in its thread's table (and its hash in the thread's cache). */
         final int index;
-        /** The parent's index (changes with parent, for the spill chain's first node). */
+        /**
+         * The parent's index in the thread's table (an index, not a Node, so that close moves
+         * the current context without a reference load). Final but for the first node of a
+         * thread's spill chain, re-parented as it is reused.
+         */
         int up;
 
         Node(int method, Node parent, Root root) {
             this.method = method;
-            this.parent = parent;
             this.root = root;
             this.up = parent == null ? 0 : parent.index;
             this.index = root.register(this);
@@ -144,7 +145,7 @@ public final class Probes {
         int budget;
         /**
          * Calls below a spill node, one node per depth (index 1 is the spill node's callee):
-         * bounded by the thread's stack depth. Their counts belong to chain[1].parent and are
+         * bounded by the thread's stack depth. Their counts belong to chain[1]'s parent and are
          * moved there when the chain is taken over by another spill node.
          */
         Node[] chain = new Node[8];
@@ -167,7 +168,7 @@ public final class Probes {
                 // thread's tree, kept after it ends, keeps only a small cache with it.
                 cache = k = new Node[k.length * 2];
                 misses = 0;
-                slot = (parent * 0x9E3779B9 + id) & (k.length - 1);
+                slot = slot(parent, id, k);
             }
             k[slot] = c;
             return c;
@@ -221,10 +222,9 @@ public final class Probes {
                 c = new Node(SPILL, from, this);
                 c.size = k;
                 chain[k] = c;
-            } else if (c.parent != from) {
+            } else if (c.up != from.index) {
                 // Only chain[1] changes parents (a deeper node's parent is the one above it).
                 flushChain();
-                c.parent = from;
                 c.up = from.index;
             }
             return c;
@@ -232,7 +232,7 @@ public final class Probes {
 
         /** Moves the chain's counts to the spill node it hangs from. */
         private void flushChain() {
-            Node owner = chain[1].parent;
+            Node owner = table[chain[1].up];
             for (int k = 1; k < chain.length && chain[k] != null; k++) {
                 Node c = chain[k];
                 owner.calls += c.calls;
@@ -295,6 +295,11 @@ public final class Probes {
         return r;
     }
 
+    /** Where the context of method id under context parent goes in the thread's cache k. */
+    private static int slot(int parent, int id, Node[] k) {
+        return (parent * 0x9E3779B9 + id) & (k.length - 1);
+    }
+
     /**
      * Method entry: the context of method id under the thread's current one, counted. Never
      * inlined: inlined at every call site of every compiled method, its thread lookup, cache
@@ -307,7 +312,7 @@ public final class Probes {
         Root r = root();
         int cur = r.cur;
         Node[] k = r.cache;
-        int slot = (cur * 0x9E3779B9 + id) & (k.length - 1);
+        int slot = slot(cur, id, k);
         Node c = k[slot];
         // Indices are unique per thread, so the parent's index identifies the parent.
         if (c == null || c.up != cur || c.method != id) c = r.enter(cur, id, slot);
@@ -392,7 +397,7 @@ public final class Probes {
         Node top = root.top;
         // The chain's counts not yet moved to the spill node they belong to (racy, like the rest).
         Node[] chain = root.chain;
-        Node owner = chain[1] != null ? chain[1].parent : null;
+        Node owner = chain[1] != null ? root.table[chain[1].up] : null;
         long ownerCalls = 0, ownerBytecodes = 0;
         for (int k = 1; k < chain.length && chain[k] != null; k++) {
             ownerCalls += chain[k].calls;
