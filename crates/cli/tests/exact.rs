@@ -46,6 +46,19 @@ fn contexts(p: &Profile, threads: bool) -> BTreeMap<String, (u64, u64)> {
     m
 }
 
+/// Runs `main` in exact mode with each basic-block analysis and asserts its contexts are `truth`
+/// (programs without exceptions count the same in both).
+fn assert_both_analyses(
+    java_home: Option<&Path>,
+    main: &str,
+    truth: &BTreeMap<String, (u64, u64)>,
+) {
+    for bba in ["default", "precise"] {
+        let p = exact(java_home, &["--bba", bba], main);
+        assert_eq!(&contexts(&p, false), truth, "{main}, --bba {bba}");
+    }
+}
+
 fn expect(rows: &[(&str, u64, u64)]) -> BTreeMap<String, (u64, u64)> {
     rows.iter()
         .map(|(k, c, b)| (k.to_string(), (*c, *b)))
@@ -190,10 +203,7 @@ fn recursion_gets_one_context_per_depth() {
     ]
     .into_iter()
     .collect();
-    for bba in ["default", "precise"] {
-        let p = exact(None, &["--bba", bba], "ExactRecursion");
-        assert_eq!(contexts(&p, false), truth, "--bba {bba}");
-    }
+    assert_both_analyses(None, "ExactRecursion", &truth);
 }
 
 /// javap -c ExactDeep: down(n > 0) = iload_0, ifle | iload_0, iconst_1, isub, invokestatic |
@@ -211,10 +221,7 @@ fn deep_trees_count_exactly_while_the_context_cache_grows() {
         s.push_str(";ExactDeep.down");
         truth.insert(s.clone(), (2, if depth == 2001 { 6 } else { 14 }));
     }
-    for bba in ["default", "precise"] {
-        let p = exact(None, &["--bba", bba], "ExactDeep");
-        assert_eq!(contexts(&p, false), truth, "--bba {bba}");
-    }
+    assert_both_analyses(None, "ExactDeep", &truth);
 }
 
 /// Past the node budget (`max_nodes=3`: main and fib at depths 1 and 2) calls still count, under
@@ -322,10 +329,7 @@ fn interface_dispatch_and_constructors() {
         ("ExactShapes.main;ExactShapes$Square.area", 9, 27),
         ("ExactShapes.main;ExactShapes$Rect.area", 6, 18),
     ]);
-    for bba in ["default", "precise"] {
-        let p = exact(None, &["--bba", bba], "ExactShapes");
-        assert_eq!(contexts(&p, false), truth, "--bba {bba}");
-    }
+    assert_both_analyses(None, "ExactShapes", &truth);
 }
 
 /// Each worker thread has its own tree. Worker.run = aload_0... : iconst_0, istore_1 |
@@ -390,10 +394,7 @@ fn jp_example_on_jdk25() {
         return;
     }
     let _g = serial();
-    for bba in ["default", "precise"] {
-        let p = exact(Some(home), &["--bba", bba], "JpExample");
-        assert_eq!(contexts(&p, false), jp_truth(), "--bba {bba}");
-    }
+    assert_both_analyses(Some(home), "JpExample", &jp_truth());
 }
 
 /// Application classes only by default; `--include 'java.util.*'` brings JDK classes in, those
