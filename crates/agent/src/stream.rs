@@ -18,7 +18,7 @@
 //! like the session's own profile; the queue holds at most [`MAX_QUEUED_BYTES`] (estimated),
 //! dropping the oldest items and counting them; the counts go to the collector on reconnect.
 
-use jvmprof_profile::{Frame, Profile};
+use jvmprof_profile::{Frame, Profile, Stacks};
 use jvmprof_proto::{
     Encoder, Hello, Message, Reply, SampleBatch, SampleDelta, Snapshot, Tables, ThreadDump, VERSION,
 };
@@ -197,8 +197,11 @@ pub struct Stream {
     frame_ids: HashMap<Frame, u32>,
     /// Profile frame index → stream frame id.
     profile_frames: Vec<u32>,
-    /// Profile stacks and threads already in the tables (their stream ids are the profile's).
-    stacks: usize,
+    /// Stream stack id of each profile stack ([`Stacks::NONE`] until a sample sends it).
+    stack_ids: Vec<u32>,
+    /// Stacks in the tables.
+    sent_stacks: u32,
+    /// Profile threads already in the tables (their stream ids are the profile's).
     threads: usize,
     /// Values already sent, per profile sample index.
     sent_values: Vec<Vec<u64>>,
@@ -268,7 +271,8 @@ impl Stream {
             shared,
             frame_ids: HashMap::new(),
             profile_frames: Vec::new(),
-            stacks: 0,
+            stack_ids: Vec::new(),
+            sent_stacks: 0,
             threads: 0,
             sent_values: Vec::new(),
         }
@@ -297,11 +301,10 @@ impl Stream {
             let id = self.frame_id(f, &mut new_frames);
             self.profile_frames.push(id);
         }
-        let new_stacks: Vec<Vec<u32>> = profile.stacks[self.stacks..]
-            .iter()
-            .map(|s| s.iter().map(|f| self.profile_frames[*f as usize]).collect())
-            .collect();
-        self.stacks = profile.stacks.len();
+        // Only stacks that samples use go on the wire (the profile also holds their prefixes),
+        // each as its list of stream frame ids.
+        let mut new_stacks: Vec<Vec<u32>> = Vec::new();
+        self.stack_ids.resize(profile.stacks.len(), Stacks::NONE);
         let new_threads = profile.threads[self.threads..].to_vec();
         self.threads = profile.threads.len();
         let mut deltas = Vec::new();
@@ -320,9 +323,22 @@ impl Stream {
                 .map(|(now, before)| now.saturating_sub(*before))
                 .collect();
             sent.clone_from(&s.values);
+            let mut stack = self.stack_ids[s.stack as usize];
+            if stack == Stacks::NONE {
+                stack = self.sent_stacks;
+                self.sent_stacks += 1;
+                self.stack_ids[s.stack as usize] = stack;
+                let frames = profile.stacks.frames(s.stack);
+                new_stacks.push(
+                    frames
+                        .iter()
+                        .map(|f| self.profile_frames[*f as usize])
+                        .collect(),
+                );
+            }
             deltas.push(SampleDelta {
                 thread: s.thread,
-                stack: s.stack,
+                stack,
                 state: s.state,
                 values,
             });

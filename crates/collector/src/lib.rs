@@ -374,7 +374,7 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
                     let trace = Trace::Samples {
                         seq,
                         time_unix_ms,
-                        profile: Box::new(profile),
+                        profile,
                     };
                     for a in &hub.analyses {
                         a.add_trace(id, &trace);

@@ -256,15 +256,13 @@ impl Store {
                 })
             });
             let mut p = batch.profile;
-            for stack in &mut p.stacks {
-                for f in stack.iter_mut() {
-                    let i = *f as usize;
-                    let frame = dict.get(i).ok_or_else(|| {
-                        anyhow::anyhow!("stored batch refers to frame {i} of {}", dict.len())
-                    })?;
-                    *f = *ids[i].get_or_insert_with(|| b.frame(frame.clone()));
-                }
-            }
+            p.stacks.map_frames(|f| {
+                let i = f as usize;
+                let frame = dict.get(i).ok_or_else(|| {
+                    anyhow::anyhow!("stored batch refers to frame {i} of {}", dict.len())
+                })?;
+                anyhow::Ok(*ids[i].get_or_insert_with(|| b.frame(frame.clone())))
+            })?;
             merge_stacks(b, &p);
         }
         let mut b = merged.unwrap_or_else(|| {
@@ -296,7 +294,7 @@ impl Store {
 fn merge_stacks(b: &mut ProfileBuilder, p: &Profile) {
     let metrics = b.profile().meta.metrics.clone();
     let index: Vec<Option<usize>> = metrics.iter().map(|m| p.metric_index(*m)).collect();
-    let stacks: Vec<u32> = p.stacks.iter().map(|s| b.stack(s)).collect();
+    let stacks = b.stacks_from(&p.stacks);
     let threads: Vec<u32> = p.threads.iter().map(|t| b.thread(t.clone())).collect();
     let mut values = vec![0u64; metrics.len()];
     for s in &p.samples {
@@ -365,11 +363,9 @@ fn commit(
                         };
                         global.push(id);
                     }
-                    for stack in &mut profile.stacks {
-                        for f in stack.iter_mut() {
-                            *f = global[*f as usize];
-                        }
-                    }
+                    profile
+                        .stacks
+                        .map_frames(|f| anyhow::Ok(global[f as usize]))?;
                     let bytes = encode(&Batch {
                         time_unix_ms,
                         profile,

@@ -245,13 +245,15 @@ mod tests {
         assert_eq!(p.frames[0], Frame::java("a.B", "c", "", 0));
         assert_eq!(p.frames[1], Frame::synthetic(FrameKind::Native, "write"));
         assert_eq!(p.frames[2], Frame::synthetic(FrameKind::Native, "x::y"));
-        assert_eq!(p.stacks, vec![vec![0, 1], vec![0], vec![2]]);
+        // [a.B.c] is interned as the parent of [a.B.c, write], before it.
+        let stacks: Vec<Vec<u32>> = p.stacks.iter().collect();
+        assert_eq!(stacks, vec![vec![0], vec![0, 1], vec![2]]);
         let values: Vec<(u32, u32, u64)> = p
             .samples
             .iter()
             .map(|s| (s.thread, s.stack, s.values[0]))
             .collect();
-        assert_eq!(values, [(0, 0, 3), (0, 1, 2), (1, 2, 1)]);
+        assert_eq!(values, [(0, 1, 3), (0, 0, 2), (1, 2, 1)]);
         // Not every line has a thread: the bracketed frame stays a frame.
         let p = read(&b"[main];a.B.c 3\na.B.c 2\n"[..]).unwrap();
         assert_eq!(p.threads.len(), 1);

@@ -84,7 +84,7 @@ pub fn write(profile: &Profile, options: &DotOptions, mut out: impl Write) -> Re
     let mut seen_edges: Vec<(u32, u32)> = Vec::new();
     for s in &profile.samples {
         let v = s.values[metric_index];
-        let stack = &profile.stacks[s.stack as usize];
+        let stack = profile.stacks.frames(s.stack);
         if v == 0 || stack.is_empty() {
             continue;
         }

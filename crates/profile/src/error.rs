@@ -11,7 +11,9 @@ pub enum Error {
     #[error("not a jvmprof file (no JVMPROF magic header)")]
     NotJvmprof,
     /// A native file written by a newer (or unknown) format version.
-    #[error("jvmprof format version {found} not supported (this build reads version {supported})")]
+    #[error(
+        "jvmprof format version {found} not supported (this build reads versions 1 to {supported})"
+    )]
     UnsupportedVersion { found: u16, supported: u16 },
     /// The data ends before the format says it should.
     #[error("truncated {format} file: {detail}")]

@@ -243,12 +243,134 @@ pub struct Sample {
     pub values: Vec<u64>,
 }
 
-/// A whole profile. Stacks are lists of indices into `frames`, root first.
+/// The stacks of a profile, as a tree of prefixes: stack `i` is its parent stack with one more
+/// frame on top, so a stack costs two numbers however deep it is (an exact-mode profile of javac
+/// has millions of contexts some 60 frames deep, which as frame lists took a gigabyte). A
+/// parent always comes before its children. The empty stack is an entry with no parent and no
+/// frame.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stacks {
+    /// Parent of each stack, [`Stacks::NONE`] for a stack of one frame (and the empty stack).
+    parents: Vec<u32>,
+    /// Top frame of each stack (an index into `Profile::frames`), [`Stacks::NONE`] for the
+    /// empty stack.
+    tops: Vec<u32>,
+}
+
+impl Stacks {
+    /// No parent, or no frame.
+    pub const NONE: u32 = u32::MAX;
+
+    pub fn len(&self) -> usize {
+        self.tops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tops.is_empty()
+    }
+
+    /// Adds `parent + [frame]` (or `[frame]` when `parent` is `None`) without looking for an
+    /// equal stack; returns its id. `parent` must be an existing stack.
+    pub fn push(&mut self, parent: Option<u32>, frame: u32) -> u32 {
+        debug_assert!(parent.is_none_or(|p| (p as usize) < self.len()));
+        self.parents.push(parent.unwrap_or(Self::NONE));
+        self.tops.push(frame);
+        (self.tops.len() - 1) as u32
+    }
+
+    /// Adds the empty stack; returns its id.
+    pub fn push_empty(&mut self) -> u32 {
+        self.parents.push(Self::NONE);
+        self.tops.push(Self::NONE);
+        (self.tops.len() - 1) as u32
+    }
+
+    /// Adds a stack given as frames, root first, sharing no prefix with earlier stacks.
+    pub fn push_frames(&mut self, frames: &[u32]) -> u32 {
+        match frames.split_first() {
+            None => self.push_empty(),
+            Some((first, rest)) => {
+                let mut id = self.push(None, *first);
+                for f in rest {
+                    id = self.push(Some(id), *f);
+                }
+                id
+            }
+        }
+    }
+
+    /// The stack below `stack`'s top frame, if it has more than one frame.
+    pub fn parent(&self, stack: u32) -> Option<u32> {
+        let p = self.parents[stack as usize];
+        (p != Self::NONE).then_some(p)
+    }
+
+    /// The top frame of `stack`, `None` for the empty stack.
+    pub fn top(&self, stack: u32) -> Option<u32> {
+        let f = self.tops[stack as usize];
+        (f != Self::NONE).then_some(f)
+    }
+
+    /// The frames of `stack`, root first.
+    pub fn frames(&self, stack: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut s = Some(stack);
+        while let Some(id) = s {
+            out.extend(self.top(id));
+            s = self.parent(id);
+        }
+        out.reverse();
+        out
+    }
+
+    /// Every stack's frames, root first, in id order.
+    pub fn iter(&self) -> impl Iterator<Item = Vec<u32>> + '_ {
+        (0..self.len() as u32).map(|s| self.frames(s))
+    }
+
+    /// Replaces every frame index `f` by `map(f)` (for readers that renumber frames).
+    pub fn map_frames<E>(&mut self, mut map: impl FnMut(u32) -> Result<u32, E>) -> Result<(), E> {
+        for f in &mut self.tops {
+            if *f != Self::NONE {
+                *f = map(*f)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that every stack's parent comes before it (so walking down always ends) and every
+    /// frame is below `nframes`.
+    fn validate(&self, nframes: usize) -> Result<(), String> {
+        if self.parents.len() != self.tops.len() {
+            return Err(format!(
+                "the stacks have {} parents but {} top frames",
+                self.parents.len(),
+                self.tops.len()
+            ));
+        }
+        for (i, (&p, &f)) in self.parents.iter().zip(&self.tops).enumerate() {
+            if p != Self::NONE && p as usize >= i {
+                return Err(format!("stack {i} has parent {p}, not an earlier stack"));
+            }
+            if f == Self::NONE && p != Self::NONE {
+                return Err(format!("stack {i} has a parent but no frame"));
+            }
+            if f != Self::NONE && f as usize >= nframes {
+                return Err(format!(
+                    "stack {i} refers to frame {f} but there are {nframes} frames"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A whole profile: samples refer to stacks, stacks to frames (see [`Stacks`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Profile {
     pub meta: Meta,
     pub frames: Vec<Frame>,
-    pub stacks: Vec<Vec<u32>>,
+    pub stacks: Stacks,
     pub threads: Vec<Thread>,
     pub samples: Vec<Sample>,
 }
@@ -267,9 +389,10 @@ impl Profile {
 
     /// The frames of a stack, root first.
     pub fn stack_frames(&self, stack: u32) -> impl Iterator<Item = &Frame> {
-        self.stacks[stack as usize]
-            .iter()
-            .map(|f| &self.frames[*f as usize])
+        self.stacks
+            .frames(stack)
+            .into_iter()
+            .map(|f| &self.frames[f as usize])
     }
 
     /// Sum of one metric over all samples (saturating, so garbage values cannot overflow).
@@ -282,14 +405,7 @@ impl Profile {
     /// Checks that every index is in range and every sample has one value per metric, so that
     /// code indexing into a profile read from a file cannot panic. Returns what is wrong.
     pub fn validate(&self) -> Result<(), String> {
-        let nframes = self.frames.len();
-        for (i, stack) in self.stacks.iter().enumerate() {
-            if let Some(f) = stack.iter().find(|f| **f as usize >= nframes) {
-                return Err(format!(
-                    "stack {i} refers to frame {f} but there are {nframes} frames"
-                ));
-            }
-        }
+        self.stacks.validate(self.frames.len())?;
         let nmetrics = self.meta.metrics.len();
         for (i, s) in self.samples.iter().enumerate() {
             if s.thread as usize >= self.threads.len() {
@@ -323,7 +439,7 @@ impl Profile {
 pub struct ProfileBuilder {
     profile: Profile,
     frame_ids: HashMap<Frame, u32, Fast>,
-    /// Stack ids by their frames, which live only in `profile.stacks` (not twice), hashed by
+    /// Stack ids by their frames (which live only in `profile.stacks`), hashed by
     /// [`stack_hash`] (kept per stack in `stack_hashes`).
     stack_ids: HashTable<u32>,
     stack_hashes: Vec<u64>,
@@ -370,49 +486,82 @@ impl ProfileBuilder {
     /// Interns a stack given root first.
     pub fn stack(&mut self, frames: &[u32]) -> u32 {
         let hash = frames.iter().fold(STACK_SEED, |h, &f| stack_hash(h, f));
-        match self.find_stack(hash, |s| s == frames) {
-            Some(id) => id,
-            None => self.add_stack(hash, frames.to_vec()),
-        }
-    }
-
-    /// Interns `parent + [frame]` (the root frame alone when `parent` is `None`) without
-    /// hashing the parent's frames again: for callers that walk a tree of stacks.
-    pub fn child_stack(&mut self, parent: Option<u32>, frame: u32) -> u32 {
         let stacks = &self.profile.stacks;
-        let (hash, prefix) = match parent {
-            Some(p) => (self.stack_hashes[p as usize], &stacks[p as usize][..]),
-            None => (STACK_SEED, &[][..]),
+        let same = |id: u32| {
+            if frames.is_empty() {
+                return stacks.top(id).is_none();
+            }
+            // Walks down from the top, comparing frames: equal depth and frames.
+            let mut s = Some(id);
+            for f in frames.iter().rev() {
+                match s {
+                    Some(i) if stacks.top(i) == Some(*f) => s = stacks.parent(i),
+                    _ => return false,
+                }
+            }
+            s.is_none()
         };
-        let hash = stack_hash(hash, frame);
-        let same = |s: &[u32]| s.split_last() == Some((&frame, prefix));
         if let Some(id) = self.find_stack(hash, same) {
             return id;
         }
-        let mut frames = Vec::with_capacity(prefix.len() + 1);
-        frames.extend_from_slice(prefix);
-        frames.push(frame);
-        self.add_stack(hash, frames)
+        if frames.is_empty() {
+            let id = self.profile.stacks.push_empty();
+            self.index_stack(hash, id);
+            return id;
+        }
+        let mut id = None;
+        for f in frames {
+            id = Some(self.child_stack(id, *f));
+        }
+        id.expect("frames is not empty")
     }
 
-    fn find_stack(&self, hash: u64, same: impl Fn(&[u32]) -> bool) -> Option<u32> {
+    /// Interns `parent + [frame]` (the root frame alone when `parent` is `None`) in constant
+    /// time: for callers that walk a tree of stacks.
+    pub fn child_stack(&mut self, parent: Option<u32>, frame: u32) -> u32 {
+        let hash = match parent {
+            Some(p) => self.stack_hashes[p as usize],
+            None => STACK_SEED,
+        };
+        let hash = stack_hash(hash, frame);
         let stacks = &self.profile.stacks;
+        let same = |id: u32| stacks.top(id) == Some(frame) && stacks.parent(id) == parent;
+        if let Some(id) = self.find_stack(hash, same) {
+            return id;
+        }
+        let id = self.profile.stacks.push(parent, frame);
+        self.index_stack(hash, id);
+        id
+    }
+
+    /// Interns every stack of `stacks` (whose frames are already this builder's frame ids);
+    /// returns their ids here, by their index there.
+    pub fn stacks_from(&mut self, stacks: &Stacks) -> Vec<u32> {
+        let mut ids: Vec<u32> = Vec::with_capacity(stacks.len());
+        for i in 0..stacks.len() as u32 {
+            let id = match stacks.top(i) {
+                // A parent comes before its children, so its id is known.
+                Some(f) => self.child_stack(stacks.parent(i).map(|p| ids[p as usize]), f),
+                None => self.stack(&[]),
+            };
+            ids.push(id);
+        }
+        ids
+    }
+
+    fn find_stack(&self, hash: u64, same: impl Fn(u32) -> bool) -> Option<u32> {
         let hashes = &self.stack_hashes;
         self.stack_ids
-            .find(hash, |&id| {
-                hashes[id as usize] == hash && same(&stacks[id as usize])
-            })
+            .find(hash, |&id| hashes[id as usize] == hash && same(id))
             .copied()
     }
 
-    fn add_stack(&mut self, hash: u64, frames: Vec<u32>) -> u32 {
-        let id = self.profile.stacks.len() as u32;
-        self.profile.stacks.push(frames);
+    fn index_stack(&mut self, hash: u64, id: u32) {
+        debug_assert_eq!(id as usize, self.stack_hashes.len());
         self.stack_hashes.push(hash);
         let hashes = &self.stack_hashes;
         self.stack_ids
             .insert_unique(hash, id, |&i| hashes[i as usize]);
-        id
     }
 
     pub fn thread(&mut self, thread: Thread) -> u32 {
@@ -471,10 +620,24 @@ mod tests {
         assert!(![root, ab, aca].contains(&ca));
         let aa = b.child_stack(Some(root), a);
         assert!(![root, ab, aca, ca].contains(&aa));
+        // Each stack is its parent plus a frame, so [a] came with [a, c].
         assert_eq!(
-            b.profile().stacks,
-            vec![vec![a, c], vec![a], vec![a, c, a], vec![c, a], vec![a, a]]
+            b.profile().stacks.iter().collect::<Vec<_>>(),
+            vec![
+                vec![a],
+                vec![a, c],
+                vec![a, c, a],
+                vec![c],
+                vec![c, a],
+                vec![a, a]
+            ]
         );
+        assert_eq!((root, ab, aca, ca, aa), (0, 1, 2, 4, 5));
+        // The empty stack is a stack too, and not confused with any other.
+        let empty = b.stack(&[]);
+        assert_eq!(b.stack(&[]), empty);
+        assert!(b.profile().stacks.frames(empty).is_empty());
+        assert_ne!(b.child_stack(None, a), empty);
         // Many stacks, each interned once whichever way it comes.
         let mut parent = None;
         let mut ids = Vec::new();
@@ -488,6 +651,39 @@ mod tests {
         for (i, id) in ids.iter().enumerate() {
             path.push(if i % 3 == 0 { a } else { c });
             assert_eq!(b.stack(&path), *id);
+            assert_eq!(b.profile().stacks.frames(*id), path);
         }
+    }
+
+    #[test]
+    fn validation_rejects_stacks_that_do_not_end_or_lack_a_frame() {
+        let p = |parents: Vec<u32>, tops: Vec<u32>| Profile {
+            frames: vec![Frame::java("C", "a", "", 0)],
+            stacks: Stacks { parents, tops },
+            ..Profile::default()
+        };
+        const N: u32 = Stacks::NONE;
+        assert_eq!(p(vec![N, 0, N], vec![0, 0, N]).validate(), Ok(()));
+        // A parent that is the stack itself or after it could make a cycle.
+        assert_eq!(
+            p(vec![N, 1], vec![0, 0]).validate().unwrap_err(),
+            "stack 1 has parent 1, not an earlier stack"
+        );
+        assert_eq!(
+            p(vec![1, N], vec![0, 0]).validate().unwrap_err(),
+            "stack 0 has parent 1, not an earlier stack"
+        );
+        assert_eq!(
+            p(vec![N, 0], vec![0, N]).validate().unwrap_err(),
+            "stack 1 has a parent but no frame"
+        );
+        assert_eq!(
+            p(vec![N], vec![3]).validate().unwrap_err(),
+            "stack 0 refers to frame 3 but there are 1 frames"
+        );
+        assert_eq!(
+            p(vec![N, N], vec![0]).validate().unwrap_err(),
+            "the stacks have 2 parents but 1 top frames"
+        );
     }
 }

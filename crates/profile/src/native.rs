@@ -4,20 +4,25 @@
 //! stream (flate2 with the pure-Rust miniz_oxide backend) of the postcard encoding of the
 //! [`Profile`]. Postcard is not self-describing: any change to the serialized model types (even a
 //! new field with `#[serde(default)]`) changes the format and needs a new [`VERSION`] and a
-//! reader for the old one; the golden file `testdata/sample-v1.jvmprof` fails a test if that is
+//! reader for the old one; the golden files `testdata/sample-v*.jvmprof` fail a test if that is
 //! forgotten.
+//!
+//! Versions: 1 stored each stack as its list of frames; 2 stores the stacks as a tree of
+//! prefixes ([`crate::Stacks`]), two numbers a stack however deep. Both are read.
 
 use crate::error::{Error, Result};
-use crate::model::Profile;
+use crate::model::{Frame, Meta, Profile, Sample, Stacks, Thread};
 use flate2::Compression;
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
+use serde::Deserialize;
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 
 /// The first bytes of every native file.
 pub const MAGIC: &[u8; 8] = b"JVMPROF\0";
 /// The format version this build writes and reads.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 
 const FORMAT: &str = "jvmprof";
 
@@ -86,7 +91,7 @@ pub fn read(mut input: impl Read) -> Result<Profile> {
         ));
     }
     let version = u16::from_le_bytes([header[8], header[9]]);
-    if version != VERSION {
+    if version != VERSION && version != 1 {
         return Err(Error::UnsupportedVersion {
             found: version,
             supported: VERSION,
@@ -110,21 +115,86 @@ pub fn read(mut input: impl Read) -> Result<Profile> {
             "no compressed data after the header",
         ));
     }
-    let (profile, rest): (Profile, &[u8]) =
-        postcard::take_from_bytes(&body).map_err(|e| match e {
-            postcard::Error::DeserializeUnexpectedEnd => {
-                Error::truncated(FORMAT, "the profile data ends early")
-            }
-            e => Error::invalid(FORMAT, format!("the profile does not decode: {e}")),
-        })?;
+    let profile = if version == 1 {
+        decode::<ProfileV1>(&body)?.upgrade()?
+    } else {
+        decode::<Profile>(&body)?
+    };
+    profile.validate().map_err(|e| Error::invalid(FORMAT, e))?;
+    Ok(profile)
+}
+
+/// The whole of `body` as one `T`.
+fn decode<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T> {
+    let (value, rest): (T, &[u8]) = postcard::take_from_bytes(body).map_err(|e| match e {
+        postcard::Error::DeserializeUnexpectedEnd => {
+            Error::truncated(FORMAT, "the profile data ends early")
+        }
+        e => Error::invalid(FORMAT, format!("the profile does not decode: {e}")),
+    })?;
     if !rest.is_empty() {
         return Err(Error::invalid(
             FORMAT,
             format!("{} unexpected bytes after the profile", rest.len()),
         ));
     }
-    profile.validate().map_err(|e| Error::invalid(FORMAT, e))?;
-    Ok(profile)
+    Ok(value)
+}
+
+/// A version 1 profile: stacks as lists of frames, root first.
+#[derive(Deserialize)]
+struct ProfileV1 {
+    meta: Meta,
+    frames: Vec<Frame>,
+    stacks: Vec<Vec<u32>>,
+    threads: Vec<Thread>,
+    samples: Vec<Sample>,
+}
+
+impl ProfileV1 {
+    /// The same profile with its stacks as a tree, interned as [`crate::ProfileBuilder`] does
+    /// (so a file it wrote reads back as the profile it built).
+    fn upgrade(self) -> Result<Profile> {
+        let nframes = self.frames.len();
+        let mut stacks = Stacks::default();
+        let mut ids: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut empty = None;
+        let mut new_id = Vec::with_capacity(self.stacks.len());
+        for (i, frames) in self.stacks.iter().enumerate() {
+            if let Some(f) = frames.iter().find(|f| **f as usize >= nframes) {
+                return Err(Error::invalid(
+                    FORMAT,
+                    format!("stack {i} refers to frame {f} but there are {nframes} frames"),
+                ));
+            }
+            let mut id = None;
+            for &f in frames {
+                let key = (id.unwrap_or(Stacks::NONE), f);
+                id = Some(*ids.entry(key).or_insert_with(|| stacks.push(id, f)));
+            }
+            new_id.push(id.unwrap_or_else(|| *empty.get_or_insert_with(|| stacks.push_empty())));
+        }
+        let mut samples = self.samples;
+        for (i, s) in samples.iter_mut().enumerate() {
+            s.stack = *new_id.get(s.stack as usize).ok_or_else(|| {
+                Error::invalid(
+                    FORMAT,
+                    format!(
+                        "sample {i} refers to stack {} but there are {} stacks",
+                        s.stack,
+                        new_id.len()
+                    ),
+                )
+            })?;
+        }
+        Ok(Profile {
+            meta: self.meta,
+            frames: self.frames,
+            stacks,
+            threads: self.threads,
+            samples,
+        })
+    }
 }
 
 /// Whether `bytes` (the start of a file) look like a native file.
@@ -178,7 +248,7 @@ mod tests {
         }
         // A profile big enough that the encoder writes before the end.
         let mut b = crate::ProfileBuilder::new(sample_profile().meta);
-        let frames: Vec<u32> = (0..200)
+        let frames: Vec<u32> = (0..5000)
             .map(|i| b.frame(crate::Frame::java("C", &format!("m{i}"), "", 0)))
             .collect();
         let t = b.thread(crate::Thread {
@@ -207,7 +277,7 @@ mod tests {
         let p = sample_profile();
         let bytes = encode(&p);
         assert_eq!(&bytes[..8], b"JVMPROF\0");
-        assert_eq!(&bytes[8..10], &[1, 0]);
+        assert_eq!(&bytes[8..10], &[2, 0]);
         assert_eq!(&bytes[10..12], &[0x1f, 0x8b], "gzip follows the header");
         assert_eq!(read(&bytes[..]).unwrap(), p);
     }
@@ -218,6 +288,15 @@ mod tests {
     #[test]
     fn reads_the_version_1_golden_file() {
         let bytes = include_bytes!("../testdata/sample-v1.jvmprof");
+        assert_eq!(&bytes[8..10], &[1, 0]);
+        assert_eq!(read(&bytes[..]).unwrap(), sample_profile());
+    }
+
+    /// The same for version 2 (stacks as a tree).
+    #[test]
+    fn reads_the_version_2_golden_file() {
+        let bytes = include_bytes!("../testdata/sample-v2.jvmprof");
+        assert_eq!(&bytes[8..10], &[2, 0]);
         assert_eq!(read(&bytes[..]).unwrap(), sample_profile());
     }
 
@@ -248,7 +327,7 @@ mod tests {
         let e = read(&bytes[..]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "jvmprof format version 7 not supported (this build reads version 1)"
+            "jvmprof format version 7 not supported (this build reads versions 1 to 2)"
         );
     }
 
@@ -292,10 +371,12 @@ mod tests {
             )
         );
         let mut p = sample_profile();
-        p.stacks[1].push(1000);
+        p.stacks.push(Some(1), 1000);
         let e = read(&encode(&p)[..]).unwrap_err();
+        let last = p.stacks.len() - 1;
         assert!(
-            e.to_string().contains("stack 1 refers to frame 1000"),
+            e.to_string()
+                .contains(&format!("stack {last} refers to frame 1000")),
             "{e}"
         );
         let mut p = sample_profile();
@@ -310,8 +391,9 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn never_panics_on_garbage(tail in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
-            let mut bytes = b"JVMPROF\0\x01\x00".to_vec();
+        fn never_panics_on_garbage(tail in proptest::collection::vec(proptest::num::u8::ANY, 0..200), version in 1u8..=2) {
+            let mut bytes = b"JVMPROF\0\x00\x00".to_vec();
+            bytes[8] = version;
             bytes.extend_from_slice(&tail);
             let _ = read(&bytes[..]);
             let _ = read(&tail[..]);
@@ -326,9 +408,10 @@ mod tests {
         }
 
         #[test]
-        fn never_panics_on_garbage_postcard(body in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+        fn never_panics_on_garbage_postcard(body in proptest::collection::vec(proptest::num::u8::ANY, 0..300), version in 1u8..=2) {
             // Valid gzip around random postcard bytes exercises the decoder and the validation.
-            let mut bytes = b"JVMPROF\0\x01\x00".to_vec();
+            let mut bytes = b"JVMPROF\0\x00\x00".to_vec();
+            bytes[8] = version;
             let mut gz = GzEncoder::new(&mut bytes, Compression::fast());
             gz.write_all(&body).unwrap();
             gz.finish().unwrap();

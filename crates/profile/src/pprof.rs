@@ -160,7 +160,9 @@ pub fn to_proto(profile: &Profile, options: &ExportOptions) -> proto::Profile {
                 });
             }
             proto::Sample {
-                location_id: profile.stacks[s.stack as usize]
+                location_id: profile
+                    .stacks
+                    .frames(s.stack)
                     .iter()
                     .rev()
                     .map(|f| u64::from(*f) + 1)

@@ -105,7 +105,7 @@ impl<'a> Methods<'a> {
                 continue;
             }
             total = total.saturating_add(v);
-            let stack = &self.profile.stacks[s.stack as usize];
+            let stack = self.profile.stacks.frames(s.stack);
             if let Some(leaf) = stack.last() {
                 let acc = self_values
                     .entry(self.frame_names[*leaf as usize])
@@ -246,7 +246,13 @@ fn header(profile: &Profile, out: &mut String) {
         "stacks",
         format!(
             "{} distinct, {} frames, {} threads",
-            profile.stacks.len(),
+            // Stacks with samples (the others are only prefixes of those).
+            profile
+                .samples
+                .iter()
+                .map(|s| s.stack)
+                .collect::<std::collections::HashSet<_>>()
+                .len(),
             profile.frames.len(),
             profile.threads.len()
         ),

@@ -79,7 +79,7 @@ pub fn write(profile: &Profile, options: &ExportOptions, out: impl Write) -> Res
     let mut per_thread: Vec<HashMap<Vec<u32>, u64>> = vec![HashMap::new(); profile.threads.len()];
     for s in &profile.samples {
         let v = s.values[metric];
-        let stack = &profile.stacks[s.stack as usize];
+        let stack = profile.stacks.frames(s.stack);
         if v == 0 || stack.is_empty() {
             continue;
         }

@@ -60,18 +60,15 @@ pub(crate) fn named_stacks(profile: &Profile, metric: usize, threads: bool) -> N
     let mut values: HashMap<Vec<u32>, u64> = HashMap::new();
     for s in &profile.samples {
         let v = s.values[metric];
-        if v == 0 || profile.stacks[s.stack as usize].is_empty() {
+        let frames = profile.stacks.frames(s.stack);
+        if v == 0 || frames.is_empty() {
             continue;
         }
-        let mut key = Vec::with_capacity(profile.stacks[s.stack as usize].len() + 1);
+        let mut key = Vec::with_capacity(frames.len() + 1);
         if threads {
             key.push(thread_ids[s.thread as usize]);
         }
-        key.extend(
-            profile.stacks[s.stack as usize]
-                .iter()
-                .map(|f| frame_ids[*f as usize]),
-        );
+        key.extend(frames.iter().map(|f| frame_ids[*f as usize]));
         let acc = values.entry(key).or_insert(0);
         *acc = acc.saturating_add(v);
     }

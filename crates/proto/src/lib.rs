@@ -228,7 +228,7 @@ pub enum Event {
     Samples {
         seq: u64,
         time_unix_ms: u64,
-        profile: Profile,
+        profile: Box<Profile>,
     },
     Snapshot(Snapshot),
     Dropped {
@@ -609,7 +609,7 @@ impl Decoder {
         Ok(Event::Samples {
             seq,
             time_unix_ms,
-            profile: b.finish(),
+            profile: Box::new(b.finish()),
         })
     }
 }
