@@ -21,7 +21,7 @@ use jvmprof_classfile::bba::Mode;
 use jvmprof_classfile::instrument::{self, MethodTable, Probes as Pass};
 use jvmprof_jvmti::classes::GlobalRef;
 use jvmprof_jvmti::{Env, Event, JObject, Jni};
-use jvmprof_profile::{Frame, FrameKind, ProfileBuilder, Thread, ThreadState};
+use jvmprof_profile::{Frame, FrameKind, Metric, ProfileBuilder, Thread, ThreadState};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -413,19 +413,21 @@ pub struct Collector {
     /// (runtime thread index, stack) → (calls, bytecodes) already added: one entry per context,
     /// so millions for javac, hence foldhash.
     seen: HashMap<(usize, u32), (u64, u64), foldhash::fast::RandomState>,
-    frames: HashMap<i64, u32>,
+    frames: HashMap<i64, u32, foldhash::fast::RandomState>,
+    /// Contexts in each runtime thread's tree at the last merge.
+    contexts: Vec<usize>,
     /// (contexts kept, node budget, calls past the budget).
     pub stats: (i64, i64, i64),
 }
 
 impl Collector {
-    /// Merges every thread's tree; `values` turns (calls, bytecodes) into a sample's values.
-    pub fn merge(
-        &mut self,
-        jni: &Jni,
-        builder: &mut ProfileBuilder,
-        values: impl Fn(u64, u64) -> Vec<u64>,
-    ) {
+    /// Merges every thread's tree into the builder's `calls` and `bytecodes` metrics; `last`:
+    /// no merge follows, so what was added need not be remembered.
+    pub fn merge(&mut self, jni: &Jni, builder: &mut ProfileBuilder, last: bool) {
+        let metrics = &builder.profile().meta.metrics;
+        let at = |m: Metric| metrics.iter().position(|x| *x == m);
+        let (calls_at, bytecodes_at) = (at(Metric::Calls), at(Metric::Bytecodes));
+        let mut values = vec![0u64; metrics.len()];
         let Some(s) = STATE.get() else { return };
         let Some(&runtime) = s.runtime.get() else {
             return;
@@ -447,6 +449,20 @@ impl Collector {
                     return;
                 };
                 let thread = builder.thread(Thread { tid: 0, name });
+                // At most one stack, sample and seen entry per context: room for all at once
+                // (growing hash tables of millions of entries step by step took a tenth of
+                // the writer's time at javac's exit).
+                let contexts = tree.len() / 4;
+                let i = i as usize;
+                if self.contexts.len() <= i {
+                    self.contexts.resize(i + 1, 0);
+                }
+                let more = contexts.saturating_sub(self.contexts[i]);
+                self.contexts[i] = contexts;
+                builder.reserve(more);
+                if !(last && self.seen.is_empty()) {
+                    self.seen.reserve(more);
+                }
                 // The stacks of the contexts above this one, by depth (1 first): each context's
                 // stack is interned from its parent's, in constant time.
                 let mut above: Vec<u32> = Vec::new();
@@ -473,16 +489,28 @@ impl Collector {
                     if calls == 0 && bytecodes == 0 {
                         continue;
                     }
-                    let seen = self.seen.entry((i as usize, stack)).or_default();
-                    let (dc, db) = (
-                        calls.saturating_sub(seen.0),
-                        bytecodes.saturating_sub(seen.1),
-                    );
+                    let (dc, db) = if last && self.seen.is_empty() {
+                        // The only merge (no live reader): nothing was added before.
+                        (calls, bytecodes)
+                    } else {
+                        let seen = self.seen.entry((i, stack)).or_default();
+                        let delta = (
+                            calls.saturating_sub(seen.0),
+                            bytecodes.saturating_sub(seen.1),
+                        );
+                        *seen = (seen.0.max(calls), seen.1.max(bytecodes));
+                        delta
+                    };
                     if dc == 0 && db == 0 {
                         continue;
                     }
-                    *seen = (seen.0.max(calls), seen.1.max(bytecodes));
-                    builder.add(thread, stack, ThreadState::Running, &values(dc, db));
+                    if let Some(k) = calls_at {
+                        values[k] = dc;
+                    }
+                    if let Some(k) = bytecodes_at {
+                        values[k] = db;
+                    }
+                    builder.add(thread, stack, ThreadState::Running, &values);
                 }
             });
         }

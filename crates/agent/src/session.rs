@@ -320,7 +320,7 @@ fn writer_main(
             w.write_status(started.elapsed());
             if w.stream.is_some() {
                 // Exact mode's trees are merged periodically only when someone reads them live.
-                jni.with_local_frame(64, || w.merge_exact(&jni));
+                jni.with_local_frame(64, || w.merge_exact(&jni, false));
             }
             if let Some(stream) = &mut w.stream {
                 stream.samples(w.builder.profile());
@@ -330,7 +330,7 @@ fn writer_main(
             && last_flush.elapsed() >= every
         {
             last_flush = Instant::now();
-            jni.with_local_frame(64, || w.merge_exact(&jni));
+            jni.with_local_frame(64, || w.merge_exact(&jni, false));
             if let Err(e) = write_profile(w.builder.profile(), file, &shared.options)
                 && !std::mem::replace(&mut flush_failed, true)
             {
@@ -362,7 +362,7 @@ fn writer_main(
     jni.with_local_frame(64, || w.drain_ring(&jni));
     jni.with_local_frame(64, || w.drain_events(&jni));
     jni.with_local_frame(64, || w.resolve_live(&jni));
-    jni.with_local_frame(64, || w.merge_exact(&jni));
+    jni.with_local_frame(64, || w.merge_exact(&jni, true));
     let result = w.finish(started.elapsed());
     if let Err(e) = &result {
         eprintln!("jvmprof: {e}");
@@ -638,23 +638,13 @@ impl Writer {
         }
     }
 
-    /// Exact mode: adds what the threads' calling-context trees gained since the last merge.
-    fn merge_exact(&mut self, jni: &Jni) {
+    /// Exact mode: adds what the threads' calling-context trees gained since the last merge
+    /// (`last`: the final one).
+    fn merge_exact(&mut self, jni: &Jni, last: bool) {
         let Some(mut c) = self.exact.take() else {
             return;
         };
-        let metrics = self.builder.profile().meta.metrics.clone();
-        let values = move |calls: u64, bytecodes: u64| {
-            metrics
-                .iter()
-                .map(|m| match m {
-                    Metric::Calls => calls,
-                    Metric::Bytecodes => bytecodes,
-                    _ => 0,
-                })
-                .collect()
-        };
-        c.merge(jni, &mut self.builder, values);
+        c.merge(jni, &mut self.builder, last);
         let extra = &mut self.builder.meta_mut().extra;
         crate::exact::meta(extra);
         extra.insert("exact_nodes".into(), c.stats.0.to_string());

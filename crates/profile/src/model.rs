@@ -299,6 +299,12 @@ impl Stacks {
         }
     }
 
+    /// Makes room for `n` more stacks.
+    pub fn reserve(&mut self, n: usize) {
+        self.parents.reserve(n);
+        self.tops.reserve(n);
+    }
+
     /// The stack below `stack`'s top frame, if it has more than one frame.
     pub fn parent(&self, stack: u32) -> Option<u32> {
         let p = self.parents[stack as usize];
@@ -532,6 +538,17 @@ impl ProfileBuilder {
         let id = self.profile.stacks.push(parent, frame);
         self.index_stack(hash, id);
         id
+    }
+
+    /// Makes room for `stacks` more stacks and samples, so that a caller that knows how many
+    /// are coming (an exact-mode merge: millions) does not grow the tables step by step.
+    pub fn reserve(&mut self, stacks: usize) {
+        let hashes = &self.stack_hashes;
+        self.stack_ids.reserve(stacks, |&i| hashes[i as usize]);
+        self.stack_hashes.reserve(stacks);
+        self.profile.stacks.reserve(stacks);
+        self.profile.samples.reserve(stacks);
+        self.sample_ids.reserve(stacks);
     }
 
     /// Interns every stack of `stacks` (whose frames are already this builder's frame ids);

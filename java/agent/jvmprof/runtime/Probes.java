@@ -403,7 +403,9 @@ public final class Probes {
             ownerCalls += chain[k].calls;
             ownerBytecodes += chain[k].bytecodes;
         }
-        long[] out = new long[64];
+        // Every node of the tree is in the thread's table (so are the spill chain's, which
+        // the walk skips): room for all, with no growing (javac's trees have millions).
+        long[] out = new long[4 * root.tableSize + 4];
         int len = 0;
         Node[] stack = new Node[64];
         int[] depth = new int[64];
@@ -441,6 +443,7 @@ public final class Probes {
                 sp++;
             }
         }
+        if (len == out.length) return out;
         long[] r = new long[len];
         System.arraycopy(out, 0, r, 0, len);
         return r;
