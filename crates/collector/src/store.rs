@@ -5,7 +5,7 @@
 
 use jvmprof_profile::{Frame, Meta, Profile, ProfileBuilder};
 use jvmprof_proto::Snapshot;
-use redb::{Database, ReadableTable, TableDefinition};
+use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
@@ -25,6 +25,12 @@ const BATCHES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("batche
 const SNAPSHOTS: TableDefinition<u64, &[u8]> = TableDefinition::new("snapshots");
 /// vm → seq of the newest stored batch (committed with the batch, so a re-sent batch is known).
 const SEQS: TableDefinition<u64, u64> = TableDefinition::new("seqs");
+/// "version" → [`STORE_VERSION`], the encoding of the stored batches.
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Version of the stored batches' encoding: 2 since profiles keep their stacks as a tree
+/// (`jvmprof_profile::Stacks`). A store from before (no version) holding batches is refused
+/// with a message, not read as garbage.
+const STORE_VERSION: u64 = 2;
 
 /// A VM as stored (and as the API shows it, with `connected` from the live registry).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,10 +101,26 @@ impl Store {
             .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
         let w = db.begin_write()?;
         w.open_table(VMS)?;
-        w.open_table(BATCHES)?;
+        let has_batches = w.open_table(BATCHES)?.len()? > 0;
         w.open_table(SNAPSHOTS)?;
         w.open_table(SEQS)?;
         w.open_table(FRAMES)?;
+        {
+            let mut meta = w.open_table(META)?;
+            let version = meta.get("version")?.map(|v| v.value());
+            match version {
+                Some(STORE_VERSION) => {}
+                None if !has_batches => {
+                    meta.insert("version", STORE_VERSION)?;
+                }
+                v => anyhow::bail!(
+                    "{} holds samples in store format {} and this collector reads format \
+                     {STORE_VERSION}; move it away or pick another --data directory",
+                    path.display(),
+                    v.unwrap_or(1)
+                ),
+            }
+        }
         w.commit()?;
         let db = Arc::new(db);
         let mut seq = {
@@ -426,6 +448,36 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         Store::open(dir).unwrap()
+    }
+
+    #[test]
+    fn a_store_in_another_format_is_refused_with_a_message() {
+        let dir = std::env::temp_dir().join(format!("jvmprof-store-v1-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("collector.redb");
+        {
+            // A store as the first collectors wrote it: batches and no version.
+            let db = Database::create(&path).unwrap();
+            let w = db.begin_write().unwrap();
+            w.open_table(BATCHES)
+                .unwrap()
+                .insert((1, 0), &[0u8, 1, 2][..])
+                .unwrap();
+            w.commit().unwrap();
+        }
+        let e = Store::open(&dir).err().expect("an old store is refused");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{} holds samples in store format 1 and this collector reads format 2; \
+                 move it away or pick another --data directory",
+                path.display()
+            )
+        );
+        // Nothing was changed: refused again, the same way.
+        assert_eq!(Store::open(&dir).err().unwrap().to_string(), e.to_string());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
