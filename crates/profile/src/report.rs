@@ -58,8 +58,10 @@ struct Methods<'a> {
     names: Vec<String>,
     /// Name id of every frame.
     frame_names: Vec<u32>,
-    /// Distinct name ids of every stack.
-    stack_names: Vec<Vec<u32>>,
+    /// The stack tree's children, by parent: `children[child_start[s]..child_start[s + 1]]`
+    /// (index `len` holds the stacks without a parent).
+    child_start: Vec<u32>,
+    children: Vec<u32>,
 }
 
 impl<'a> Methods<'a> {
@@ -76,46 +78,96 @@ impl<'a> Methods<'a> {
                 })
             })
             .collect();
-        let stack_names = profile
-            .stacks
-            .iter()
-            .map(|stack| {
-                let mut distinct: Vec<u32> =
-                    stack.iter().map(|f| frame_names[*f as usize]).collect();
-                distinct.sort_unstable();
-                distinct.dedup();
-                distinct
-            })
-            .collect();
+        // Children lists in one array (counting sort by parent): a stack costs 8 bytes here
+        // however deep it is.
+        let stacks = &profile.stacks;
+        let n = stacks.len();
+        let slot = |s: u32| stacks.parent(s).map_or(n, |p| p as usize);
+        let mut child_start = vec![0u32; n + 2];
+        for s in 0..n as u32 {
+            child_start[slot(s) + 1] += 1;
+        }
+        for i in 1..child_start.len() {
+            child_start[i] += child_start[i - 1];
+        }
+        let mut next = child_start.clone();
+        let mut children = vec![0u32; n];
+        for s in 0..n as u32 {
+            let k = &mut next[slot(s)];
+            children[*k as usize] = s;
+            *k += 1;
+        }
         Methods {
             profile,
             names,
             frame_names,
-            stack_names,
+            child_start,
+            children,
         }
     }
 
+    fn kids(&self, slot: usize) -> &[u32] {
+        let (a, b) = (self.child_start[slot], self.child_start[slot + 1]);
+        &self.children[a as usize..b as usize]
+    }
+
     fn tables<'s>(&self, metric: usize, samples: impl Iterator<Item = &'s Sample>) -> Tables {
+        let stacks = &self.profile.stacks;
         let mut self_values: HashMap<u32, u64> = HashMap::new();
-        let mut total_values: HashMap<u32, u64> = HashMap::new();
         let mut total = 0u64;
+        // Each stack's value, then (below) its whole subtree's.
+        let mut sub = vec![0u64; stacks.len()];
         for s in samples {
             let v = s.values[metric];
             if v == 0 {
                 continue;
             }
             total = total.saturating_add(v);
-            let stack = self.profile.stacks.frames(s.stack);
-            if let Some(leaf) = stack.last() {
+            if let Some(leaf) = stacks.top(s.stack) {
                 let acc = self_values
-                    .entry(self.frame_names[*leaf as usize])
+                    .entry(self.frame_names[leaf as usize])
                     .or_insert(0);
                 *acc = acc.saturating_add(v);
             }
-            for name in &self.stack_names[s.stack as usize] {
-                let acc = total_values.entry(*name).or_insert(0);
-                *acc = acc.saturating_add(v);
+            sub[s.stack as usize] = sub[s.stack as usize].saturating_add(v);
+        }
+        // Parents come before their children, so one backward pass sums the subtrees.
+        for x in (0..stacks.len() as u32).rev() {
+            if let Some(p) = stacks.parent(x) {
+                sub[p as usize] = sub[p as usize].saturating_add(sub[x as usize]);
             }
+        }
+        // A method's total is what the subtrees of its outermost frames hold (once per stack,
+        // however often it recurs): a walk down the tree counting each name on the path.
+        let mut total_values: HashMap<u32, u64> = HashMap::new();
+        let mut on_path = vec![0u32; self.names.len()];
+        // (stack, entered): a stack is pushed, entered (its children pushed above it), left.
+        let mut todo: Vec<(u32, bool)> = self
+            .kids(stacks.len())
+            .iter()
+            .map(|&s| (s, false))
+            .collect();
+        while let Some((x, entered)) = todo.pop() {
+            let name = stacks.top(x).map(|f| self.frame_names[f as usize]);
+            if entered {
+                if let Some(m) = name {
+                    on_path[m as usize] -= 1;
+                }
+                continue;
+            }
+            let v = sub[x as usize];
+            if v == 0 {
+                continue;
+            }
+            if let Some(m) = name {
+                if on_path[m as usize] == 0 {
+                    let acc = total_values.entry(m).or_insert(0);
+                    *acc = acc.saturating_add(v);
+                }
+                on_path[m as usize] += 1;
+            }
+            todo.push((x, true));
+            todo.extend(self.kids(x as usize).iter().map(|&c| (c, false)));
         }
         Tables {
             total,
