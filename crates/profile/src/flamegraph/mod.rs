@@ -54,7 +54,7 @@ struct Node {
     name: u32,
     value: u64,
     base: u64,
-    children: HashMap<u32, usize>,
+    children: HashMap<u32, usize, foldhash::fast::RandomState>,
 }
 
 /// Builds the page data of `profile` for one metric.
