@@ -285,20 +285,6 @@ impl Stacks {
         (self.tops.len() - 1) as u32
     }
 
-    /// Adds a stack given as frames, root first, sharing no prefix with earlier stacks.
-    pub fn push_frames(&mut self, frames: &[u32]) -> u32 {
-        match frames.split_first() {
-            None => self.push_empty(),
-            Some((first, rest)) => {
-                let mut id = self.push(None, *first);
-                for f in rest {
-                    id = self.push(Some(id), *f);
-                }
-                id
-            }
-        }
-    }
-
     /// Makes room for `n` more stacks.
     pub fn reserve(&mut self, n: usize) {
         self.parents.reserve(n);
