@@ -247,7 +247,7 @@ pub struct Sample {
 /// frame on top, so a stack costs two numbers however deep it is (an exact-mode profile of javac
 /// has millions of contexts some 60 frames deep, which as frame lists took a gigabyte). A
 /// parent always comes before its children. The empty stack is an entry with no parent and no
-/// frame.
+/// frame, and no stack's parent.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stacks {
     /// Parent of each stack, [`Stacks::NONE`] for a stack of one frame (and the empty stack).
@@ -347,6 +347,9 @@ impl Stacks {
             if f == Self::NONE && p != Self::NONE {
                 return Err(format!("stack {i} has a parent but no frame"));
             }
+            if p != Self::NONE && self.tops[p as usize] == Self::NONE {
+                return Err(format!("stack {i} has the empty stack {p} as its parent"));
+            }
             if f != Self::NONE && f as usize >= nframes {
                 return Err(format!(
                     "stack {i} refers to frame {f} but there are {nframes} frames"
@@ -431,10 +434,12 @@ impl Profile {
 pub struct ProfileBuilder {
     profile: Profile,
     frame_ids: HashMap<Frame, u32, Fast>,
-    /// Stack ids by their frames (which live only in `profile.stacks`), hashed by
-    /// [`stack_hash`] (kept per stack in `stack_hashes`).
+    /// Stack ids by (parent, top frame), hashed by [`stack_hash`] (kept per stack in
+    /// `stack_hashes`, so a child's hash comes from its parent's in constant time).
     stack_ids: HashTable<u32>,
     stack_hashes: Vec<u64>,
+    /// The empty stack's id, once interned.
+    empty_stack: Option<u32>,
     thread_ids: HashMap<Thread, u32, Fast>,
     sample_ids: HashMap<(u32, u32, ThreadState), usize, Fast>,
 }
@@ -449,6 +454,7 @@ impl ProfileBuilder {
             frame_ids: HashMap::default(),
             stack_ids: HashTable::new(),
             stack_hashes: Vec::new(),
+            empty_stack: None,
             thread_ids: HashMap::default(),
             sample_ids: HashMap::default(),
         }
@@ -475,37 +481,22 @@ impl ProfileBuilder {
         id
     }
 
-    /// Interns a stack given root first.
+    /// Interns a stack given root first (each prefix in turn, see [`Self::child_stack`]).
     pub fn stack(&mut self, frames: &[u32]) -> u32 {
-        let hash = frames.iter().fold(STACK_SEED, |h, &f| stack_hash(h, f));
-        let stacks = &self.profile.stacks;
-        let same = |id: u32| {
-            if frames.is_empty() {
-                return stacks.top(id).is_none();
-            }
-            // Walks down from the top, comparing frames: equal depth and frames.
-            let mut s = Some(id);
-            for f in frames.iter().rev() {
-                match s {
-                    Some(i) if stacks.top(i) == Some(*f) => s = stacks.parent(i),
-                    _ => return false,
+        match frames.split_first() {
+            None => *self.empty_stack.get_or_insert_with(|| {
+                // Not indexed (no one's parent); its hash only keeps stack_hashes by id.
+                self.stack_hashes.push(STACK_SEED);
+                self.profile.stacks.push_empty()
+            }),
+            Some((root, rest)) => {
+                let mut id = self.child_stack(None, *root);
+                for f in rest {
+                    id = self.child_stack(Some(id), *f);
                 }
+                id
             }
-            s.is_none()
-        };
-        if let Some(id) = self.find_stack(hash, same) {
-            return id;
         }
-        if frames.is_empty() {
-            let id = self.profile.stacks.push_empty();
-            self.index_stack(hash, id);
-            return id;
-        }
-        let mut id = None;
-        for f in frames {
-            id = Some(self.child_stack(id, *f));
-        }
-        id.expect("frames is not empty")
     }
 
     /// Interns `parent + [frame]` (the root frame alone when `parent` is `None`) in constant
@@ -516,13 +507,20 @@ impl ProfileBuilder {
             None => STACK_SEED,
         };
         let hash = stack_hash(hash, frame);
-        let stacks = &self.profile.stacks;
-        let same = |id: u32| stacks.top(id) == Some(frame) && stacks.parent(id) == parent;
-        if let Some(id) = self.find_stack(hash, same) {
-            return id;
+        let (stacks, hashes) = (&self.profile.stacks, &self.stack_hashes);
+        let same = |&id: &u32| {
+            hashes[id as usize] == hash
+                && stacks.top(id) == Some(frame)
+                && stacks.parent(id) == parent
+        };
+        if let Some(id) = self.stack_ids.find(hash, same) {
+            return *id;
         }
         let id = self.profile.stacks.push(parent, frame);
-        self.index_stack(hash, id);
+        self.stack_hashes.push(hash);
+        let hashes = &self.stack_hashes;
+        self.stack_ids
+            .insert_unique(hash, id, |&i| hashes[i as usize]);
         id
     }
 
@@ -550,21 +548,6 @@ impl ProfileBuilder {
             ids.push(id);
         }
         ids
-    }
-
-    fn find_stack(&self, hash: u64, same: impl Fn(u32) -> bool) -> Option<u32> {
-        let hashes = &self.stack_hashes;
-        self.stack_ids
-            .find(hash, |&id| hashes[id as usize] == hash && same(id))
-            .copied()
-    }
-
-    fn index_stack(&mut self, hash: u64, id: u32) {
-        debug_assert_eq!(id as usize, self.stack_hashes.len());
-        self.stack_hashes.push(hash);
-        let hashes = &self.stack_hashes;
-        self.stack_ids
-            .insert_unique(hash, id, |&i| hashes[i as usize]);
     }
 
     pub fn thread(&mut self, thread: Thread) -> u32 {
@@ -679,6 +662,10 @@ mod tests {
         assert_eq!(
             p(vec![N, 0], vec![0, N]).validate().unwrap_err(),
             "stack 1 has a parent but no frame"
+        );
+        assert_eq!(
+            p(vec![N, 0], vec![N, 0]).validate().unwrap_err(),
+            "stack 1 has the empty stack 0 as its parent"
         );
         assert_eq!(
             p(vec![N], vec![3]).validate().unwrap_err(),
