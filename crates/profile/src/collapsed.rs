@@ -17,7 +17,7 @@ const FORMAT: &str = "collapsed";
 /// `[thread name]`.
 pub fn write(profile: &Profile, options: &ExportOptions, out: impl Write) -> Result<()> {
     let metric = resolve_metric(profile, options.metric)?;
-    let stacks = named_stacks(profile, metric, options.threads);
+    let stacks = named_stacks(profile, metric, options.threads).sorted();
     let mut out = io::BufWriter::new(out);
     for (stack, value) in &stacks.stacks {
         for (i, name) in stack.iter().enumerate() {

@@ -15,8 +15,19 @@ pub(crate) struct NamedStacks {
     pub names: Vec<String>,
     /// The kind of each name (the first frame that rendered to it decides).
     pub kinds: Vec<FrameKind>,
-    /// (name indices root first, value), sorted by rendered text, zero values left out.
+    /// (name indices root first, value), zero values left out; in no particular order until
+    /// [`NamedStacks::sorted`].
     pub stacks: Vec<(Vec<u32>, u64)>,
+}
+
+impl NamedStacks {
+    /// The same, stacks sorted by rendered text (for outputs that list them).
+    pub fn sorted(mut self) -> NamedStacks {
+        let rank = name_ranks(&self.names);
+        self.stacks
+            .sort_unstable_by(|(a, _), (b, _)| by_rank(&rank, a, b));
+        self
+    }
 }
 
 /// A frame name made safe for the collapsed format: no `;` (the separator) and no line breaks
@@ -75,10 +86,7 @@ pub(crate) fn named_stacks(profile: &Profile, metric: usize, threads: bool) -> N
         let acc = values.entry(key).or_insert(0);
         *acc = acc.saturating_add(v);
     }
-    let mut stacks: Vec<(Vec<u32>, u64)> = values.into_iter().collect();
-    let rank = name_ranks(&out.names);
-    stacks.sort_unstable_by(|(a, _), (b, _)| by_rank(&rank, a, b));
-    out.stacks = stacks;
+    out.stacks = values.into_iter().collect();
     out
 }
 
@@ -113,7 +121,7 @@ pub(crate) struct PairedStacks {
 }
 
 /// Renders both profiles' stacks (see [`named_stacks`]) into one name table and pairs their
-/// values per rendered stack.
+/// values per rendered stack, sorted by rendered text.
 pub(crate) fn paired_stacks(
     base: &Profile,
     base_metric: usize,

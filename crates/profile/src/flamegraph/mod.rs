@@ -61,7 +61,9 @@ struct Node {
 pub(crate) fn data(profile: &Profile, options: &ExportOptions) -> Result<Data> {
     let metric_index = resolve_metric(profile, options.metric)?;
     let metric = profile.meta.metrics[metric_index];
-    let stacks = named_stacks(profile, metric_index, options.threads);
+    // Sorted, so that stacks sharing a prefix merge one after another: on javac's 4M-stack
+    // exact profile that is twice as fast as merging them in hash order.
+    let stacks = named_stacks(profile, metric_index, options.threads).sorted();
     let entries = stacks.stacks.iter().map(|(s, v)| (s.as_slice(), *v, 0));
     Ok(tree(
         stacks.names,
