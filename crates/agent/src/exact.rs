@@ -428,6 +428,9 @@ impl Collector {
         let at = |m: Metric| metrics.iter().position(|x| *x == m);
         let (calls_at, bytecodes_at) = (at(Metric::Calls), at(Metric::Bytecodes));
         let mut values = vec![0u64; metrics.len()];
+        // What was added is remembered only if another merge follows or one came before
+        // (flush, streaming): then each context adds what it gained since.
+        let remember = !(last && self.seen.is_empty());
         let Some(s) = STATE.get() else { return };
         let Some(&runtime) = s.runtime.get() else {
             return;
@@ -460,7 +463,7 @@ impl Collector {
                 let more = contexts.saturating_sub(self.contexts[i]);
                 self.contexts[i] = contexts;
                 builder.reserve(more);
-                if !(last && self.seen.is_empty()) {
+                if remember {
                     self.seen.reserve(more);
                 }
                 // The stacks of the contexts above this one, by depth (1 first): each context's
@@ -489,8 +492,7 @@ impl Collector {
                     if calls == 0 && bytecodes == 0 {
                         continue;
                     }
-                    let (dc, db) = if last && self.seen.is_empty() {
-                        // The only merge (no live reader): nothing was added before.
+                    let (dc, db) = if !remember {
                         (calls, bytecodes)
                     } else {
                         let seen = self.seen.entry((i, stack)).or_default();
