@@ -33,7 +33,11 @@ pub fn write(profile: &Profile, mut out: impl Write) -> io::Result<()> {
     // Encoded straight into the compressor (through a buffer, since postcard writes a byte at
     // a time): an exact-mode profile can encode to hundreds of MB, which a body in memory
     // first would allocate, zero and copy as it grew.
-    let gz = GzEncoder::new(out, Compression::default());
+    // Level 2: the agent writes at JVM exit, where javac's exact profile (58 MB encoded, with
+    // the zlib-rs backend the agent links) compressed in 1.43 s at the default level and takes
+    // 0.67 s here, for a file 7 % larger (21.1 against 19.8 MB). Level 1 is another 0.3 s
+    // faster but only uses fixed Huffman codes there: 32 MB.
+    let gz = GzEncoder::new(out, Compression::new(2));
     let mut buffered = KeepError {
         inner: io::BufWriter::with_capacity(1 << 16, gz),
         error: None,
