@@ -266,6 +266,70 @@ fn calls_past_the_node_budget_count_under_the_last_kept_context() {
     assert_eq!(p.meta.extra["exact_dropped_calls"], "6");
 }
 
+/// Two spill nodes in turn (ExactSpill, `max_nodes=3`): a's calls below main;a;deep and all of
+/// b's go past the budget, and the thread's chain of calls below a spill node moves between the
+/// two on every iteration (the runtime's context cache must then not hand back a chain node
+/// still hanging from the other one). Per iteration a() and b() each make the calls deep(2) →
+/// deep(1) → deep(0) → leaf: kept contexts must equal an unbudgeted run's, main;a;deep's spill
+/// child counts 3 x 3 calls, main's 3 x 5 (b itself too), and each spill node's bytecodes are
+/// the sum of the unbudgeted contexts it stands for.
+#[test]
+fn spill_nodes_in_turn_count_what_an_unbudgeted_run_counts() {
+    let _g = serial();
+    let full = contexts(&exact(None, &[], "ExactSpill"), false);
+    let (m, a, b) = ("ExactSpill.main", "ExactSpill.a", "ExactSpill.b");
+    let (d, l) = ("ExactSpill.deep", "ExactSpill.leaf");
+    let calls: BTreeMap<String, u64> = full.iter().map(|(k, v)| (k.clone(), v.0)).collect();
+    let mut want_calls = BTreeMap::new();
+    want_calls.insert(m.to_string(), 1);
+    for x in [a, b] {
+        let mut s = format!("{m};{x}");
+        want_calls.insert(s.clone(), 3);
+        for f in [d, d, d, l] {
+            s = format!("{s};{f}");
+            want_calls.insert(s.clone(), 3);
+        }
+    }
+    assert_eq!(calls, want_calls);
+
+    let out = scratch("exact-spill").join("spill.jvmprof");
+    let _ = std::fs::remove_file(&out);
+    run_ok(
+        std::process::Command::new(jdk_tool(None, "java"))
+            .arg(format!(
+                "-agentpath:{}=mode=exact,max_nodes=3,file={}",
+                agent().display(),
+                out.display()
+            ))
+            .arg("-Xverify:all")
+            .arg("-cp")
+            .arg(classes())
+            .arg("ExactSpill"),
+    );
+    let p = jvmprof_profile::read_any(&out).unwrap();
+    let below = |prefix: &str| -> u64 {
+        full.iter()
+            .filter(|(k, _)| k.starts_with(&format!("{prefix};")))
+            .map(|(_, v)| v.1)
+            .sum()
+    };
+    let kept_deep = format!("{m};{a};{d}");
+    let mut truth = BTreeMap::new();
+    for k in [m.to_string(), format!("{m};{a}"), kept_deep.clone()] {
+        truth.insert(k.clone(), full[&k]);
+    }
+    truth.insert(
+        format!("{kept_deep};[past node budget]"),
+        (9, below(&kept_deep)),
+    );
+    truth.insert(
+        format!("{m};[past node budget]"),
+        (15, full[&format!("{m};{b}")].1 + below(&format!("{m};{b}"))),
+    );
+    assert_eq!(contexts(&p, false), truth);
+    assert_eq!(p.meta.extra["exact_dropped_calls"], "24");
+}
+
 /// javap -c ExactExceptions; a(i) for i = 0, 1, 2 and c(1) throws NumberFormatException from
 /// Integer.parseInt (not instrumented) through c and b into a's handler.
 ///

@@ -153,9 +153,17 @@ public final class Probes {
          * Contexts by (parent, method) hash: most calls find their context here with no write
          * (a node's last-child cache alone missed 64 % of H2's calls, since a method calls
          * several others in turn). Only this thread writes it, and a hit is checked against the
-         * node's own parent and method, so a stale entry is never wrong.
+         * node's own parent and the method it was stored for (keys), so a stale entry is never
+         * wrong.
          */
         Node[] cache = new Node[64];
+        /**
+         * The method id each cache entry was stored for. The entry's own method would not do:
+         * past the node budget one spill node stands for every callee of its parent, and so does
+         * each node of the spill chain below it; checked against the node's method, each of
+         * those calls (46 % of the full javac benchmark's) took the slow path.
+         */
+        int[] keys = new int[64];
         /** Misses since the cache last grew. */
         int misses;
 
@@ -167,10 +175,12 @@ public final class Probes {
                 // Grows (and starts empty) only for threads that miss a lot: a short-lived
                 // thread's tree, kept after it ends, keeps only a small cache with it.
                 cache = k = new Node[k.length * 2];
+                keys = new int[k.length];
                 misses = 0;
                 slot = slot(parent, id, k);
             }
             k[slot] = c;
+            keys[slot] = id;
             return c;
         }
 
@@ -314,8 +324,11 @@ public final class Probes {
         Node[] k = r.cache;
         int slot = slot(cur, id, k);
         Node c = k[slot];
-        // Indices are unique per thread, so the parent's index identifies the parent.
-        if (c == null || c.up != cur || c.method != id) c = r.enter(cur, id, slot);
+        // Indices are unique per thread, so the parent's index identifies the parent. Which
+        // child a parent has for a method never changes, except that the spill chain's first
+        // node moves between spill nodes: the parent check sends it to the slow path, which
+        // moves it back (and its counts to the spill node it leaves).
+        if (c == null || c.up != cur || r.keys[slot] != id) c = r.enter(cur, id, slot);
         c.calls++;
         r.cur = c.index;
         return c;
