@@ -29,6 +29,26 @@ fn exact(java_home: Option<&Path>, extra: &[&str], main: &str) -> Profile {
     jvmprof_profile::read_any(&out).unwrap()
 }
 
+/// `main` under the agent directly with exact mode and a node budget of `max_nodes` (an agent
+/// option `record` does not expose), verified, read back from the native file.
+fn exact_with_budget(max_nodes: u32, main: &str) -> Profile {
+    let out = scratch("exact-budget").join(format!("{main}-{max_nodes}.jvmprof"));
+    let _ = std::fs::remove_file(&out);
+    run_ok(
+        std::process::Command::new(jdk_tool(None, "java"))
+            .arg(format!(
+                "-agentpath:{}=mode=exact,max_nodes={max_nodes},file={}",
+                agent().display(),
+                out.display()
+            ))
+            .arg("-Xverify:all")
+            .arg("-cp")
+            .arg(classes())
+            .arg(main),
+    );
+    jvmprof_profile::read_any(&out).unwrap()
+}
+
 /// stack (frames joined by `;`, optionally under `[thread]`) → (calls, bytecodes).
 fn contexts(p: &Profile, threads: bool) -> BTreeMap<String, (u64, u64)> {
     let calls = p.metric_index(Metric::Calls).unwrap();
@@ -230,21 +250,7 @@ fn deep_trees_count_exactly_while_the_context_cache_grows() {
 #[test]
 fn calls_past_the_node_budget_count_under_the_last_kept_context() {
     let _g = serial();
-    let out = scratch("exact-budget").join("budget.jvmprof");
-    let _ = std::fs::remove_file(&out);
-    run_ok(
-        std::process::Command::new(jdk_tool(None, "java"))
-            .arg(format!(
-                "-agentpath:{}=mode=exact,max_nodes=3,file={}",
-                agent().display(),
-                out.display()
-            ))
-            .arg("-Xverify:all")
-            .arg("-cp")
-            .arg(classes())
-            .arg("ExactRecursion"),
-    );
-    let p = jvmprof_profile::read_any(&out).unwrap();
+    let p = exact_with_budget(3, "ExactRecursion");
     let fib = "ExactRecursion.fib";
     let truth = expect(&[
         ("ExactRecursion.main", 1, 6),
@@ -292,21 +298,7 @@ fn spill_nodes_in_turn_count_what_an_unbudgeted_run_counts() {
     }
     assert_eq!(calls, want_calls);
 
-    let out = scratch("exact-spill").join("spill.jvmprof");
-    let _ = std::fs::remove_file(&out);
-    run_ok(
-        std::process::Command::new(jdk_tool(None, "java"))
-            .arg(format!(
-                "-agentpath:{}=mode=exact,max_nodes=3,file={}",
-                agent().display(),
-                out.display()
-            ))
-            .arg("-Xverify:all")
-            .arg("-cp")
-            .arg(classes())
-            .arg("ExactSpill"),
-    );
-    let p = jvmprof_profile::read_any(&out).unwrap();
+    let p = exact_with_budget(3, "ExactSpill");
     let below = |prefix: &str| -> u64 {
         full.iter()
             .filter(|(k, _)| k.starts_with(&format!("{prefix};")))

@@ -1,11 +1,11 @@
 //! The native `.jvmprof` file: lossless, everything in a [`Profile`].
 //!
 //! Layout: the 8-byte magic `JVMPROF\0`, the format version as a little-endian `u16`, then a gzip
-//! stream (flate2 with the pure-Rust miniz_oxide backend) of the postcard encoding of the
-//! [`Profile`]. Postcard is not self-describing: any change to the serialized model types (even a
-//! new field with `#[serde(default)]`) changes the format and needs a new [`VERSION`] and a
-//! reader for the old one; the golden files `testdata/sample-v*.jvmprof` fail a test if that is
-//! forgotten.
+//! stream of the postcard encoding of the [`Profile`] (flate2, pure Rust: zlib-rs in binaries
+//! that also link the class-file crate's zip, miniz_oxide otherwise). Postcard is not
+//! self-describing: any change to the serialized model types (even a new field with
+//! `#[serde(default)]`) changes the format and needs a new [`VERSION`] and a reader for the old
+//! one; the golden files `testdata/sample-v*.jvmprof` fail a test if that is forgotten.
 //!
 //! Versions: 1 stored each stack as its list of frames; 2 stores the stacks as a tree of
 //! prefixes ([`crate::Stacks`]), two numbers a stack however deep. Both are read.
