@@ -61,6 +61,10 @@ fn jdk(version: u32) -> Option<PathBuf> {
         _ => None,
     };
     if home.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "JDK {version} is not installed: under CI its attach tests must run, not skip"
+        );
         // Written to the real stderr (eprintln! would be captured by the test harness), so that
         // a CI log shows which JDK was not exercised.
         use std::io::Write;

@@ -52,6 +52,38 @@ pub fn classes() -> &'static Path {
     })
 }
 
+/// The JDK 25 home (Temurin, beside JDK 17 on this machine kind). Under CI (`CI` set) a missing
+/// JDK 25 fails the test instead of skipping it; elsewhere it returns None with a note.
+pub fn jdk25() -> Option<PathBuf> {
+    let home = PathBuf::from("/usr/lib/jvm/temurin-25-jdk-amd64");
+    if home.join("bin/java").is_file() {
+        return Some(home);
+    }
+    let found = std::fs::read_dir("/usr/lib/jvm").ok().and_then(|d| {
+        d.filter_map(|e| e.ok().map(|e| e.path())).find(|p| {
+            p.file_name().unwrap().to_string_lossy().contains("25") && p.join("bin/java").is_file()
+        })
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "JDK 25 is missing under /usr/lib/jvm: CI must have it (temurin-25-jdk-amd64)"
+        );
+        eprintln!("no JDK 25 under /usr/lib/jvm: this part is skipped (it fails under CI)");
+    }
+    found
+}
+
+/// The JDK homes a ground-truth test runs on: the default JDK (17, `None`: `java` on PATH) and
+/// JDK 25 (see [`jdk25`]).
+pub fn jdk_homes() -> Vec<Option<PathBuf>> {
+    let mut homes = vec![None];
+    if let Some(h) = jdk25() {
+        homes.push(Some(h));
+    }
+    homes
+}
+
 pub fn jdk_tool(home: Option<&Path>, tool: &str) -> String {
     match home {
         Some(h) => h.join("bin").join(tool).display().to_string(),
