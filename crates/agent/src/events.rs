@@ -42,6 +42,8 @@ pub struct Recorder {
     freed: Mutex<Vec<i64>>,
     next_tag: AtomicI64,
     pub dropped: AtomicU64,
+    /// Contended entries and waits on class-initialisation locks, left out of the profile.
+    pub class_init_skipped: AtomicU64,
 }
 
 thread_local! {
@@ -71,6 +73,7 @@ impl Recorder {
             freed: Mutex::new(Vec::new()),
             next_tag: AtomicI64::new(1),
             dropped: AtomicU64::new(0),
+            class_init_skipped: AtomicU64::new(0),
         }
     }
 
@@ -149,6 +152,12 @@ impl Recorder {
         let Some(lock) = self.lock else { return };
         let ns = os::monotonic_ns().saturating_sub(since);
         if since == 0 || ns < lock.threshold.as_nanos() as u64 {
+            return;
+        }
+        if env.is_class_init_lock(jni, monitor) {
+            // A wait for another thread to finish a class's static initialiser (JDK 17 and 25
+            // lock an int[0] per class for it): the JVM's, not the application's, contention.
+            self.class_init_skipped.fetch_add(1, Ordering::Relaxed);
             return;
         }
         let class = env.object_class_signature(jni, monitor).unwrap_or_default();

@@ -588,6 +588,11 @@ impl Writer {
             return;
         };
         let (events, freed) = recorder.drain();
+        if recorder.lock.is_some() {
+            let skipped = recorder.class_init_skipped.load(Ordering::Relaxed);
+            let extra = &mut self.builder.meta_mut().extra;
+            extra.insert("lock_class_init_skipped".into(), skipped.to_string());
+        }
         for tag in freed {
             self.tracked.remove(&tag);
         }

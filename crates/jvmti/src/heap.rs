@@ -26,6 +26,17 @@ impl Env {
             })
     }
 
+    /// Whether `object` is an `int[]` of length 0: the hidden lock HotSpot creates for each class's
+    /// initialisation (`InstanceKlass::_init_lock`). Java code can lock such an array too, but has
+    /// no reason to; the JVM's own class-initialisation waits are not application contention.
+    pub fn is_class_init_lock(&self, jni: &Jni, object: JObject) -> bool {
+        if object.is_null() || self.object_class_signature(jni, object).as_deref() != Some("[I") {
+            return false;
+        }
+        // SAFETY: `object` is a live local reference to an int[] (its class was just checked).
+        unsafe { jni.env().get_array_length(object.0) == 0 }
+    }
+
     /// The signature of an object's class.
     pub fn object_class_signature(&self, jni: &Jni, object: JObject) -> Option<String> {
         if object.is_null() {
