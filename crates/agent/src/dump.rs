@@ -3,7 +3,7 @@
 //! every deadlock (cycle in the wait-for graph over monitors and ownable synchronizers). Written as
 //! JSON for the CLI, which prints text or passes the JSON on.
 
-use crate::events::type_name;
+use crate::symbols::type_name;
 use jvmprof_jvmti::management::LockInfo;
 use jvmprof_jvmti::{JavaThreadInfo, Jni, Vm};
 use serde::Serialize;

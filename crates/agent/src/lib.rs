@@ -10,138 +10,33 @@
 #![deny(unsafe_code)]
 
 pub mod dump;
-pub mod events;
-pub mod exact;
+pub mod engine;
 pub mod options;
-pub mod parks;
 pub mod sampler;
 mod session;
+pub mod sink;
+pub mod state;
 pub mod stream;
 pub mod symbols;
+mod writer;
 
+use engine::{exact, parks};
 use jvmprof_jvmti::bindings::agent::AgentLoadContext;
 use jvmprof_jvmti::bindings::callbacks::{
     CallbackContext, ClassEvent, ClassFileLoadHookEvent, MonitorEvent, MonitorWaitEvent,
     MonitorWaitedEvent, ObjectAllocationEvent, ObjectFreeEvent, ThreadEvent,
 };
 use jvmprof_jvmti::bindings::{Agent, jni};
-use jvmprof_jvmti::{
-    Capabilities, Env, Event, Jni, Vm, event_class, event_object, event_thread, os,
-};
+use jvmprof_jvmti::{Env, Jni, Vm, event_class, event_object, event_thread, os};
 use options::{Command, Options};
-use sampler::threads::ThreadTable;
-use session::{Context, Session};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{LazyLock, Mutex, OnceLock};
-
-/// Process-wide agent state, set once when the agent is first loaded or attached.
-struct Globals {
-    vm: Vm,
-    env: Env,
-    caps: Capabilities,
-    attached: bool,
-}
-
-static GLOBALS: OnceLock<Globals> = OnceLock::new();
-/// Set once JVMTI event callbacks point into this library. From then on Agent_OnAttach must
-/// return JNI_OK whatever happens: on an error HotSpot unloads the library, and the next event
-/// would jump into unmapped memory and crash the JVM. Failures are reported through files.
-static CALLBACKS_SET: AtomicBool = AtomicBool::new(false);
+use state::{AgentState, lock, say};
 
 /// The return code of Agent_OnAttach: an error only while the library may still be unloaded.
 fn attach_result(ok: bool) -> jni::jint {
-    if ok || CALLBACKS_SET.load(Ordering::Acquire) {
+    if ok || state::callbacks_set() {
         jni::JNI_OK
     } else {
         jni::JNI_ERR
-    }
-}
-/// tid → JNIEnv of every Java thread seen starting; read by the signal handler.
-static THREADS: LazyLock<ThreadTable> = LazyLock::new(|| ThreadTable::new(8192));
-/// tid → Java thread name, for naming CPU samples.
-static NAMES: LazyLock<Mutex<HashMap<u32, String>>> = LazyLock::new(Default::default);
-static SESSION: Mutex<Option<Session>> = Mutex::new(None);
-/// Options given at start-up, used at VMInit.
-static PENDING: Mutex<Option<Options>> = Mutex::new(None);
-
-fn say(msg: &str) {
-    eprintln!("jvmprof: {msg}");
-}
-
-fn context(g: &Globals) -> Context {
-    Context {
-        vm: g.vm,
-        env: g.env,
-        threads: &THREADS,
-        names: &NAMES,
-        caps: g.caps,
-        attached: g.attached,
-    }
-}
-
-/// Creates the JVMTI environment, capabilities and event wiring (once per process).
-fn init_globals(vm: Vm, attached: bool) -> Result<&'static Globals, String> {
-    if let Some(g) = GLOBALS.get() {
-        return Ok(g);
-    }
-    let env = vm.jvmti().map_err(|e| e.to_string())?;
-    let caps = env
-        .add_capabilities(Capabilities {
-            line_numbers: true,
-            source_file_name: true,
-            thread_cpu_time: true,
-            sampled_alloc: true,
-            tag_objects: true,
-            monitor_events: true,
-        })
-        .map_err(|e| e.to_string())?;
-    env.set_default_callbacks().map_err(|e| e.to_string())?;
-    CALLBACKS_SET.store(true, Ordering::Release);
-    // ClassLoad must be enabled for AsyncGetCallTrace to work; ClassPrepare creates jmethodIDs.
-    env.enable_events(&[
-        Event::VmInit,
-        Event::VmDeath,
-        Event::ThreadStart,
-        Event::ThreadEnd,
-        Event::ClassLoad,
-        Event::ClassPrepare,
-    ])
-    .map_err(|e| e.to_string())?;
-    LazyLock::force(&THREADS);
-    Ok(GLOBALS.get_or_init(|| Globals {
-        vm,
-        env,
-        caps,
-        attached,
-    }))
-}
-
-fn start_session(g: &Globals, options: Options) -> Result<(), String> {
-    // The lock is not held while the session starts: attaching the writer thread to the VM fires
-    // ThreadStart on it, and that callback takes the lock.
-    let previous = {
-        let mut slot = SESSION.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.as_ref().is_some_and(|s| !s.finished()) {
-            return Err("a profiling session is already running; send `stop` first".into());
-        }
-        slot.take()
-    };
-    if let Some(old) = previous {
-        let _ = old.stop();
-    }
-    match Session::start(context(g), options) {
-        Ok(s) => {
-            let mut slot = SESSION.lock().unwrap_or_else(|e| e.into_inner());
-            if slot.is_some() {
-                drop(slot);
-                let _ = s.stop();
-                return Err("another session started at the same time".into());
-            }
-            *slot = Some(s);
-            Ok(())
-        }
-        Err(e) => Err(e),
     }
 }
 
@@ -153,30 +48,26 @@ fn report_start_failure(options_status: Option<&std::path::Path>, e: &str) {
     }
 }
 
-fn stop_session() {
-    let session = SESSION.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some(s) = session
-        && let Err(e) = s.stop()
-    {
-        say(&e);
+fn start_session(s: &'static AgentState, options: Options) {
+    let status = options.status.clone();
+    if let Err(e) = session::start(s, options) {
+        report_start_failure(status.as_deref(), &e);
     }
 }
 
 fn register_current_thread(context: &CallbackContext<'_>, thread: jni::jthread) {
+    let Some(s) = state::get() else { return };
     let tid = os::gettid();
     let Some(jni) = Jni::from_context(context) else {
         return;
     };
-    THREADS.insert(tid, jni.as_ptr());
+    s.threads.insert(tid, jni.as_ptr());
     let env = Env::from_context(context);
     if let Some(name) = jni.with_local_frame(4, || env.thread_name(&jni, event_thread(thread))) {
-        NAMES
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(tid, name);
+        lock(&s.names).insert(tid, name);
     }
-    if let Some(s) = SESSION.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-        s.thread_started(tid);
+    if let Some(session) = lock(&s.session).as_ref() {
+        session.thread_started(tid);
     }
 }
 
@@ -227,7 +118,7 @@ impl Agent for JvmprofAgent {
                 return jni::JNI_OK;
             }
         };
-        match init_globals(Vm::from_ref(context.vm()), false) {
+        match state::init(Vm::from_ref(context.vm()), false) {
             Ok(g) => {
                 if options.lock.is_some() {
                     parks::on_load(&g.env);
@@ -239,7 +130,7 @@ impl Agent for JvmprofAgent {
                     say(&format!("{e}; profiling is off, the application continues"));
                     return jni::JNI_OK;
                 }
-                *PENDING.lock().unwrap_or_else(|e| e.into_inner()) = Some(options)
+                *lock(&g.pending) = Some(options)
             }
             Err(e) => say(&format!("{e}; profiling is off, the application continues")),
         }
@@ -250,7 +141,9 @@ impl Agent for JvmprofAgent {
         let text = context.options_lossy().unwrap_or_default();
         let options = match options::parse(&text) {
             Ok(Command::Stop) => {
-                stop_session();
+                if let Some(s) = state::get() {
+                    session::stop(s);
+                }
                 return jni::JNI_OK;
             }
             Ok(Command::Dump(path)) => return attach_command(&context, &path, false),
@@ -263,7 +156,7 @@ impl Agent for JvmprofAgent {
         };
         let status = options.status.clone();
         let vm = Vm::from_ref(context.vm());
-        let g = match init_globals(vm, true) {
+        let g = match state::init(vm, true) {
             Ok(g) => g,
             Err(e) => {
                 report_start_failure(status.as_deref(), &e);
@@ -274,7 +167,7 @@ impl Agent for JvmprofAgent {
         if let Ok(jni) = vm.attach_current_thread_as_daemon(c"Attach Listener") {
             g.env.prepare_all_loaded_classes(&jni);
         }
-        match start_session(g, options) {
+        match session::start(g, options) {
             Ok(()) => attach_result(true),
             Err(e) => {
                 report_start_failure(status.as_deref(), &e);
@@ -285,22 +178,21 @@ impl Agent for JvmprofAgent {
 
     fn vm_init(&self, context: CallbackContext<'_>, event: ThreadEvent) {
         register_current_thread(&context, event.thread());
-        let Some(g) = GLOBALS.get() else { return };
+        let Some(g) = state::get() else { return };
         if let Some(jni) = Jni::from_context(&context) {
             g.env.prepare_all_loaded_classes(&jni);
             exact::vm_init(&g.env, &jni);
         }
-        let pending = PENDING.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let pending = lock(&g.pending).take();
         if let Some(options) = pending {
-            let status = options.status.clone();
-            if let Err(e) = start_session(g, options) {
-                report_start_failure(status.as_deref(), &e);
-            }
+            start_session(g, options);
         }
     }
 
     fn vm_death(&self, _context: CallbackContext<'_>) {
-        stop_session();
+        if let Some(s) = state::get() {
+            session::stop(s);
+        }
     }
 
     fn thread_start(&self, context: CallbackContext<'_>, event: ThreadEvent) {
@@ -308,11 +200,12 @@ impl Agent for JvmprofAgent {
     }
 
     fn thread_end(&self, _context: CallbackContext<'_>, _event: ThreadEvent) {
+        let Some(s) = state::get() else { return };
         let tid = os::gettid();
-        if let Some(s) = SESSION.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            s.thread_ended(tid);
+        if let Some(session) = lock(&s.session).as_ref() {
+            session.thread_ended(tid);
         }
-        THREADS.remove(tid);
+        s.threads.remove(tid);
     }
 
     fn class_prepare(&self, context: CallbackContext<'_>, event: ClassEvent) {
@@ -339,7 +232,7 @@ impl Agent for JvmprofAgent {
     }
 
     fn sampled_object_alloc(&self, context: CallbackContext<'_>, event: ObjectAllocationEvent) {
-        if let (Some(r), Some(object)) = (events::current(), event.object_opt()) {
+        if let (Some(r), Some(object)) = (state::recorder(), event.object_opt()) {
             let env = Env::from_context(&context);
             let class = event_class(event.class());
             r.on_alloc(&env, event_object(object), class, event.size());
@@ -347,32 +240,32 @@ impl Agent for JvmprofAgent {
     }
 
     fn object_free(&self, _context: CallbackContext<'_>, event: ObjectFreeEvent) {
-        if let Some(r) = events::current() {
+        if let Some(r) = state::recorder() {
             r.on_free(event.tag());
         }
     }
 
     fn monitor_contended_enter(&self, _context: CallbackContext<'_>, _event: MonitorEvent) {
-        if let Some(r) = events::current() {
+        if let Some(r) = state::recorder() {
             r.on_contended_enter();
         }
     }
 
     fn monitor_contended_entered(&self, context: CallbackContext<'_>, event: MonitorEvent) {
-        if let (Some(r), Some(jni)) = (events::current(), Jni::from_context(&context)) {
+        if let (Some(r), Some(jni)) = (state::recorder(), Jni::from_context(&context)) {
             let env = Env::from_context(&context);
             r.on_contended_entered(&env, &jni, event_object(event.object()));
         }
     }
 
     fn monitor_wait(&self, _context: CallbackContext<'_>, _event: MonitorWaitEvent) {
-        if let Some(r) = events::current() {
+        if let Some(r) = state::recorder() {
             r.on_wait();
         }
     }
 
     fn monitor_waited(&self, context: CallbackContext<'_>, event: MonitorWaitedEvent) {
-        if let (Some(r), Some(jni)) = (events::current(), Jni::from_context(&context)) {
+        if let (Some(r), Some(jni)) = (state::recorder(), Jni::from_context(&context)) {
             let env = Env::from_context(&context);
             r.on_waited(&env, &jni, event_object(event.object()));
         }

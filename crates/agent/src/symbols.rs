@@ -69,9 +69,36 @@ pub fn class_name(signature: &str) -> String {
     body.replace('/', ".")
 }
 
+/// `[B` → `byte[]`, `Ljava/lang/String;` → `java.lang.String`, `[[Ljava/lang/Object;` →
+/// `java.lang.Object[][]`.
+pub fn type_name(signature: &str) -> String {
+    let dims = signature.bytes().take_while(|b| *b == b'[').count();
+    let elem = &signature[dims..];
+    let base = match elem {
+        "B" => "byte".to_string(),
+        "C" => "char".to_string(),
+        "D" => "double".to_string(),
+        "F" => "float".to_string(),
+        "I" => "int".to_string(),
+        "J" => "long".to_string(),
+        "S" => "short".to_string(),
+        "Z" => "boolean".to_string(),
+        _ => class_name(elem),
+    };
+    format!("{base}{}", "[]".repeat(dims))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::class_name;
+    use super::{class_name, type_name};
+
+    #[test]
+    fn type_names() {
+        assert_eq!(type_name("[B"), "byte[]");
+        assert_eq!(type_name("Ljava/lang/String;"), "java.lang.String");
+        assert_eq!(type_name("[[Ljava/lang/Object;"), "java.lang.Object[][]");
+        assert_eq!(type_name("[[I"), "int[][]");
+    }
 
     #[test]
     fn class_names() {

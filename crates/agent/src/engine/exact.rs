@@ -16,12 +16,14 @@
 //! - The writer thread reads the trees through JNI ([`Collector::merge`]) at the end, and
 //!   periodically when streaming, adding what grew since its last look.
 
+use super::Engine;
 use crate::options::{Bba, ExactOptions};
+use crate::sink::Sink;
 use jvmprof_classfile::bba::Mode;
 use jvmprof_classfile::instrument::{self, MethodTable, Probes as Pass};
 use jvmprof_jvmti::classes::GlobalRef;
 use jvmprof_jvmti::{Env, Event, JObject, Jni};
-use jvmprof_profile::{Frame, FrameKind, Metric, ProfileBuilder, Thread, ThreadState};
+use jvmprof_profile::{Frame, FrameKind, Metric, ThreadState};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -407,6 +409,39 @@ pub fn meta(extra: &mut BTreeMap<String, String>) {
     extra.insert("exact_notes".into(), t.ctor_notes.join("\n"));
 }
 
+/// The exact engine: merges the runtime's trees into the sink when the session flushes or
+/// streams, and at the end, with the instrumentation's facts in the metadata.
+#[derive(Default)]
+pub struct ExactEngine {
+    collector: Mutex<Collector>,
+}
+
+impl ExactEngine {
+    fn merge(&self, jni: &Jni, sink: &mut Sink, last: bool) {
+        let mut c = lock(&self.collector);
+        c.merge(jni, sink, last);
+        let extra = &mut sink.meta_mut().extra;
+        meta(extra);
+        extra.insert("exact_nodes".into(), c.stats.0.to_string());
+        extra.insert("exact_max_nodes".into(), c.stats.1.to_string());
+        extra.insert("exact_dropped_calls".into(), c.stats.2.to_string());
+    }
+}
+
+impl Engine for ExactEngine {
+    fn name(&self) -> &'static str {
+        "instrumentation"
+    }
+
+    fn flush(&self, jni: &Jni, sink: &mut Sink) {
+        jni.with_local_frame(64, || self.merge(jni, sink, false));
+    }
+
+    fn finish(&self, jni: &Jni, sink: &mut Sink) {
+        jni.with_local_frame(64, || self.merge(jni, sink, true));
+    }
+}
+
 /// Reads the runtime's trees into a profile, adding what grew since the last merge.
 #[derive(Default)]
 pub struct Collector {
@@ -423,7 +458,7 @@ pub struct Collector {
 impl Collector {
     /// Merges every thread's tree into the builder's `calls` and `bytecodes` metrics; `last`:
     /// no merge follows, so what was added need not be remembered.
-    pub fn merge(&mut self, jni: &Jni, builder: &mut ProfileBuilder, last: bool) {
+    pub fn merge(&mut self, jni: &Jni, builder: &mut Sink, last: bool) {
         let metrics = &builder.profile().meta.metrics;
         let at = |m: Metric| metrics.iter().position(|x| *x == m);
         let (calls_at, bytecodes_at) = (at(Metric::Calls), at(Metric::Bytecodes));
@@ -451,7 +486,7 @@ impl Collector {
                 let Some(tree) = jni.call_static_long_array(runtime, "tree", "(I)[J", &[i]) else {
                     return;
                 };
-                let thread = builder.thread(Thread { tid: 0, name });
+                let thread = builder.thread_named(name);
                 // At most one stack, sample and seen entry per context: room for all at once
                 // (growing hash tables of millions of entries step by step took a tenth of
                 // the writer's time at javac's exit).
@@ -523,7 +558,7 @@ impl Collector {
         }
     }
 
-    fn frame(&mut self, builder: &mut ProfileBuilder, names: &[String], method: i64) -> u32 {
+    fn frame(&mut self, builder: &mut Sink, names: &[String], method: i64) -> u32 {
         *self.frames.entry(method).or_insert_with(|| {
             let name = usize::try_from(method)
                 .ok()

@@ -17,7 +17,8 @@
 //! - Stop: the flag goes off and LockSupport is retransformed again with the hook returning
 //!   nothing for it, so the JVM runs the original code afterwards.
 
-use crate::events;
+use super::Engine;
+use crate::sink::Sink;
 use jvmprof_classfile::timing::{self, Hook};
 use jvmprof_jvmti::classes::GlobalRef;
 use jvmprof_jvmti::{Env, Event, JObject, Jni, MethodId};
@@ -88,7 +89,7 @@ pub fn transform(name: Option<&str>, boot_loader: bool, data: &[u8]) -> Option<V
 
 /// The native `Parks.record`: one park that lasted at least the threshold.
 fn record(jni: &Jni, blocker: JObject, ns: i64, wait: bool) {
-    let (Some(s), Some(r)) = (STATE.get(), events::current()) else {
+    let (Some(s), Some(r)) = (STATE.get(), crate::state::recorder()) else {
         return;
     };
     r.on_park(
@@ -105,7 +106,7 @@ fn init(env: &Env, jni: &Jni) -> Result<&'static State, String> {
     if let Some(s) = STATE.get() {
         return Ok(s);
     }
-    let bytes = crate::exact::RUNTIME_CLASSES
+    let bytes = super::exact::RUNTIME_CLASSES
         .iter()
         .find(|(rel, _)| *rel == "jvmprof/runtime/Parks.class")
         .map(|(_, b)| *b)
@@ -146,7 +147,7 @@ fn retransform(env: &Env, s: &State) -> Result<(), String> {
     let result = env
         .retransform_global(&[s.lock_support])
         .map_err(|e| e.to_string());
-    if !crate::exact::enabled() {
+    if !super::exact::enabled() {
         let _ = env.disable_events(&[Event::ClassFileLoadHook]);
     }
     result
@@ -182,5 +183,52 @@ pub fn stop(env: &Env, jni: &Jni) {
     let _ = jni.call_static_int(s.parks, "disable", "()I", &[]);
     if let Err(e) = retransform(env, s) {
         eprintln!("jvmprof: restoring LockSupport failed: {e}");
+    }
+}
+
+/// Lock mode's java.util.concurrent half as an engine: LockSupport timed from start to stop.
+/// Its parks reach the event engine's recorder (started before it); a failure to rewrite
+/// LockSupport is reported once and leaves monitor contention recorded.
+pub struct ParksEngine {
+    env: Env,
+    threshold: Duration,
+    outcome: Mutex<Option<Result<String, String>>>,
+}
+
+impl ParksEngine {
+    pub fn new(env: Env, threshold: Duration) -> ParksEngine {
+        ParksEngine {
+            env,
+            threshold,
+            outcome: Mutex::new(None),
+        }
+    }
+}
+
+impl Engine for ParksEngine {
+    fn name(&self) -> &'static str {
+        "events"
+    }
+
+    fn start(&self, jni: &Jni) -> Result<(), String> {
+        let outcome = start(&self.env, jni, self.threshold);
+        if let Err(e) = &outcome {
+            crate::state::say(&format!("java.util.concurrent locks are not timed: {e}"));
+        }
+        *lock(&self.outcome) = Some(outcome);
+        Ok(())
+    }
+
+    fn stop(&self, jni: &Jni) {
+        if matches!(*lock(&self.outcome), Some(Ok(_))) {
+            stop(&self.env, jni);
+        }
+    }
+
+    fn finish(&self, _jni: &Jni, sink: &mut Sink) {
+        if let Some(r) = lock(&self.outcome).as_ref() {
+            let text = r.clone().unwrap_or_else(|e| format!("off: {e}"));
+            sink.meta_mut().extra.insert("lock_juc".into(), text);
+        }
     }
 }

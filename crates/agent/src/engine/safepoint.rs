@@ -1,0 +1,144 @@
+//! The safepoint engine: every interval, every thread's stack at a safepoint (JVMTI
+//! GetAllStackTraces). Wall mode records each thread with its state; CPU mode (the fallback when
+//! a JVM has no AsyncGetCallTrace, or `engine=safepoint`) credits each thread with the CPU time
+//! it used since the previous tick, in whole intervals.
+
+use super::{Engine, EngineCtx};
+use crate::options::{Mode, Options};
+use crate::sink::Sink;
+use jvmprof_jvmti::{Jni, ThreadStack, thread_state};
+use jvmprof_profile::{Metric, ThreadState};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+pub struct Safepoint {
+    ctx: EngineCtx,
+    cpu: bool,
+    interval: Duration,
+    depth: usize,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Java thread id → last CPU time seen and the remainder below one interval (CPU mode).
+    cpu_seen: HashMap<i64, (i64, u64)>,
+    failed_walks: u64,
+}
+
+impl Safepoint {
+    pub fn new(ctx: EngineCtx, options: &Options) -> Safepoint {
+        Safepoint {
+            ctx,
+            cpu: options.sampling == Some(Mode::Cpu),
+            interval: options.interval,
+            depth: options.depth,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn interval_ns(&self) -> u64 {
+        self.interval.as_nanos() as u64
+    }
+
+    /// Whole intervals of CPU a thread used since the last tick (the rest carries over).
+    fn cpu_intervals(&self, state: &mut State, jni: &Jni, ts: &ThreadStack) -> u64 {
+        let (Some(id), Some(now)) = (
+            jni.java_thread_id(ts.thread),
+            self.ctx.env.thread_cpu_time(ts.thread),
+        ) else {
+            return 0;
+        };
+        let interval = self.interval_ns().max(1);
+        let entry = state.cpu_seen.entry(id).or_insert((now, 0));
+        let used = (now - entry.0).max(0) as u64 + entry.1;
+        entry.0 = now;
+        entry.1 = used % interval;
+        used / interval
+    }
+}
+
+impl Engine for Safepoint {
+    fn name(&self) -> &'static str {
+        "safepoint"
+    }
+
+    fn period(&self) -> Duration {
+        self.interval
+    }
+
+    fn poll(&self, jni: &Jni, sink: &mut Sink) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Ok(stacks) = self.ctx.env.all_stack_traces(self.depth as i32) else {
+            state.failed_walks += 1;
+            return;
+        };
+        for ts in &stacks {
+            if ts.frames.is_empty() {
+                continue; // JVM-internal or agent thread: no Java code to show
+            }
+            let (count, thread_state) = if self.cpu {
+                let n = self.cpu_intervals(&mut state, jni, ts);
+                if n == 0 {
+                    continue;
+                }
+                (n, ThreadState::Running)
+            } else {
+                (1, map_state(ts.state))
+            };
+            let name = self
+                .ctx
+                .env
+                .thread_name(jni, ts.thread)
+                .unwrap_or_else(|| "unnamed".into());
+            if name == "jvmprof writer" {
+                continue;
+            }
+            let thread = sink.thread_named(name);
+            let stack = sink.jvmti_stack(jni, &ts.frames, None);
+            let v = sink.values(&[
+                (Metric::Samples, count),
+                (Metric::Ns, count * self.interval_ns()),
+            ]);
+            sink.add(thread, stack, thread_state, &v);
+        }
+    }
+
+    fn finish(&self, _jni: &Jni, sink: &mut Sink) {
+        let failed = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .failed_walks;
+        if failed > 0 {
+            *sink
+                .meta_mut()
+                .walk_failures
+                .entry("safepoint_walk_failed".into())
+                .or_default() += failed;
+        }
+    }
+}
+
+/// A JVMTI thread state as the profile's thread state.
+pub fn map_state(state: i32) -> ThreadState {
+    use thread_state::*;
+    if state & SLEEPING != 0 {
+        ThreadState::Sleeping
+    } else if state & PARKED != 0 {
+        ThreadState::Parked
+    } else if state & BLOCKED_ON_MONITOR_ENTER != 0 {
+        ThreadState::Blocked
+    } else if state & WAITING_WITH_TIMEOUT != 0 {
+        ThreadState::TimedWaiting
+    } else if state & (WAITING_INDEFINITELY | IN_OBJECT_WAIT) != 0 {
+        ThreadState::Waiting
+    } else if state & IN_NATIVE != 0 {
+        ThreadState::Native
+    } else if state & RUNNABLE != 0 {
+        ThreadState::Running
+    } else {
+        ThreadState::Unknown
+    }
+}

@@ -1,0 +1,189 @@
+//! The one sample sink every engine feeds, on the writer thread.
+//!
+//! An engine hands the sink what it recorded in its own raw form (a thread, jmethodIDs with
+//! bytecode indices or ready frames, a thread state, metric values); the sink turns it into
+//! profile records exactly once: thread ids, frames (symbolised here, once per distinct method
+//! and bci), stacks as (parent, frame) prefixes, and samples. Everything downstream (the native
+//! file, the collector link) reads those records; nothing re-symbolises.
+
+use crate::symbols::Symbols;
+use jvmprof_jvmti::{Env, Jni, MethodId};
+use jvmprof_profile::{Frame, Meta, Metric, Profile, ProfileBuilder, Thread, ThreadState};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+pub struct Sink {
+    builder: ProfileBuilder,
+    symbols: Symbols,
+    env: Env,
+    /// tid → Java thread name, filled at ThreadStart (the agent state's table).
+    names: &'static Mutex<HashMap<u32, String>>,
+    /// tid → profile thread index and, for JVM-internal threads, their kind.
+    by_tid: HashMap<u32, (u32, Option<&'static str>)>,
+    depth: usize,
+    /// Samples added so far (the `samples` metric where the session has it, else one per add).
+    samples: u64,
+}
+
+impl Sink {
+    pub fn new(
+        meta: Meta,
+        env: Env,
+        names: &'static Mutex<HashMap<u32, String>>,
+        depth: usize,
+    ) -> Sink {
+        Sink {
+            builder: ProfileBuilder::new(meta),
+            symbols: Symbols::default(),
+            env,
+            names,
+            by_tid: HashMap::new(),
+            depth,
+            samples: 0,
+        }
+    }
+
+    /// A value vector with `pairs` set and every other metric of the session 0.
+    pub fn values(&self, pairs: &[(Metric, u64)]) -> Vec<u64> {
+        let metrics = &self.builder.profile().meta.metrics;
+        let mut v = vec![0; metrics.len()];
+        for (m, x) in pairs {
+            if let Some(i) = metrics.iter().position(|k| k == m) {
+                v[i] = *x;
+            }
+        }
+        v
+    }
+
+    /// The profile thread of a Linux tid, named by its Java name, else its kernel name; the
+    /// second value names the kind of a JVM-internal thread (JIT compiler, GC, VM thread).
+    pub fn thread_of_tid(&mut self, tid: u32) -> (u32, Option<&'static str>) {
+        if let Some(t) = self.by_tid.get(&tid) {
+            return *t;
+        }
+        let java_name = self
+            .names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&tid)
+            .cloned();
+        let comm = jvmprof_jvmti::os::thread_comm(tid);
+        let internal = match (&java_name, &comm) {
+            (None, Some(c)) => internal_thread_kind(c),
+            _ => None,
+        };
+        let name = java_name
+            .or(comm)
+            .unwrap_or_else(|| format!("thread {tid}"));
+        let id = self.builder.thread(Thread {
+            tid: tid as u64,
+            name,
+        });
+        self.by_tid.insert(tid, (id, internal));
+        (id, internal)
+    }
+
+    /// The profile thread of a Java thread known only by name (safepoint walks, exact trees).
+    pub fn thread_named(&mut self, name: String) -> u32 {
+        self.builder.thread(Thread { tid: 0, name })
+    }
+
+    pub fn java_frame(&mut self, jni: &Jni, method: MethodId, bci: i64) -> u32 {
+        self.symbols
+            .java_frame(&self.env, jni, &mut self.builder, method, bci)
+    }
+
+    /// A `[name]` frame the profiler adds.
+    pub fn synthetic(&mut self, name: &str) -> u32 {
+        self.symbols.synthetic_frame(&mut self.builder, name)
+    }
+
+    pub fn frame(&mut self, frame: Frame) -> u32 {
+        self.builder.frame(frame)
+    }
+
+    /// A stack from root-first frame ids.
+    pub fn stack(&mut self, frames: &[u32]) -> u32 {
+        self.builder.stack(frames)
+    }
+
+    /// The stack whose top frame is `frame` below `parent` (None: a root frame).
+    pub fn child_stack(&mut self, parent: Option<u32>, frame: u32) -> u32 {
+        self.builder.child_stack(parent, frame)
+    }
+
+    /// The root-first stack of a top-first JVMTI stack (`[truncated]` first when it reached the
+    /// session's depth), with an optional leaf frame (allocated type, lock class).
+    pub fn jvmti_stack(
+        &mut self,
+        jni: &Jni,
+        top_first: &[(MethodId, i64)],
+        leaf: Option<Frame>,
+    ) -> u32 {
+        let mut ids = Vec::with_capacity(top_first.len() + 2);
+        if top_first.len() >= self.depth {
+            ids.push(self.synthetic("[truncated]"));
+        }
+        for &(method, bci) in top_first.iter().rev() {
+            ids.push(self.java_frame(jni, method, bci));
+        }
+        if let Some(leaf) = leaf {
+            ids.push(self.builder.frame(leaf));
+        }
+        self.builder.stack(&ids)
+    }
+
+    /// Adds `values` to (thread, stack, state).
+    pub fn add(&mut self, thread: u32, stack: u32, state: ThreadState, values: &[u64]) {
+        let metrics = &self.builder.profile().meta.metrics;
+        self.samples += match metrics.iter().position(|m| *m == Metric::Samples) {
+            Some(i) => values.get(i).copied().unwrap_or(0),
+            None => 1,
+        };
+        self.builder.add(thread, stack, state, values);
+    }
+
+    /// Samples added so far.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Room for `more` stacks and samples at once (exact trees of millions of contexts).
+    pub fn reserve(&mut self, more: usize) {
+        self.builder.reserve(more);
+    }
+
+    pub fn meta_mut(&mut self) -> &mut Meta {
+        self.builder.meta_mut()
+    }
+
+    /// Everything recorded so far.
+    pub fn profile(&self) -> &Profile {
+        self.builder.profile()
+    }
+
+    pub fn finish(self) -> Profile {
+        self.builder.finish()
+    }
+}
+
+/// The kind of a HotSpot-internal thread, by its kernel name (HotSpot names its threads; the
+/// compiler threads are JavaThreads hidden from JVMTI, so AsyncGetCallTrace cannot walk them).
+fn internal_thread_kind(comm: &str) -> Option<&'static str> {
+    if comm.starts_with("C1 CompilerThre") || comm.starts_with("C2 CompilerThre") {
+        Some("[JIT compiler]")
+    } else if comm.starts_with("GC Thread")
+        || comm.starts_with("G1 ")
+        || comm.starts_with("ZGC")
+        || comm.starts_with("Shenandoah")
+        || comm.starts_with("ConcurrentGC")
+    {
+        Some("[GC]")
+    } else if comm == "VM Thread" {
+        Some("[VM thread]")
+    } else if comm.starts_with("VM Periodic") || comm == "Sweeper thread" {
+        Some("[JVM internal]")
+    } else {
+        None
+    }
+}

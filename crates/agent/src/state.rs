@@ -1,0 +1,107 @@
+//! The one agent state of the process: the JVMTI environment and capabilities, the thread tables
+//! the samplers read, the running session and the event recorder callbacks feed.
+//!
+//! It is made once, when the agent is first loaded or attached, and lives as long as the process
+//! (JVMTI callbacks and signal handlers may run at any time). The only other process-wide
+//! statics are those a signal handler or a Java-called native must reach without it (the signal
+//! sampler, exact mode's and lock mode's runtime hooks), each documented where it is.
+
+use crate::engine::events::Recorder;
+use crate::options::Options;
+use crate::sampler::threads::ThreadTable;
+use crate::session::Session;
+use jvmprof_jvmti::{Capabilities, Env, Event, Vm};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+pub struct AgentState {
+    pub vm: Vm,
+    pub env: Env,
+    pub caps: Capabilities,
+    /// Loaded by dynamic attach rather than at JVM start.
+    pub attached: bool,
+    /// tid → JNIEnv of every Java thread seen starting; read by the signal handler.
+    pub threads: ThreadTable,
+    /// tid → Java thread name, for naming CPU samples.
+    pub names: Mutex<HashMap<u32, String>>,
+    /// The running (or finished, not yet collected) session.
+    pub session: Mutex<Option<Session>>,
+    /// Options given at start-up, used at VMInit.
+    pub pending: Mutex<Option<Options>>,
+    /// The event engine's recorder while an alloc or lock session runs (JVMTI callbacks and
+    /// lock mode's park probe feed it).
+    pub recorder: Mutex<Option<Arc<Recorder>>>,
+}
+
+static STATE: OnceLock<AgentState> = OnceLock::new();
+/// Set once JVMTI event callbacks point into this library. From then on Agent_OnAttach must
+/// return JNI_OK whatever happens: on an error HotSpot unloads the library, and the next event
+/// would jump into unmapped memory and crash the JVM. Failures are reported through files.
+static CALLBACKS_SET: AtomicBool = AtomicBool::new(false);
+
+/// Locks `m`, ignoring poisoning: a panic elsewhere never takes the agent down with it.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The agent state, once made.
+pub fn get() -> Option<&'static AgentState> {
+    STATE.get()
+}
+
+/// Whether JVMTI callbacks into this library are registered (see `CALLBACKS_SET`).
+pub fn callbacks_set() -> bool {
+    CALLBACKS_SET.load(Ordering::Acquire)
+}
+
+/// The recorder of the running session, if it records events.
+pub fn recorder() -> Option<Arc<Recorder>> {
+    get().and_then(|s| lock(&s.recorder).clone())
+}
+
+/// One `jvmprof: ...` line on the target's stderr.
+pub fn say(msg: &str) {
+    eprintln!("jvmprof: {msg}");
+}
+
+/// Creates the JVMTI environment, capabilities and event wiring (once per process).
+pub fn init(vm: Vm, attached: bool) -> Result<&'static AgentState, String> {
+    if let Some(s) = STATE.get() {
+        return Ok(s);
+    }
+    let env = vm.jvmti().map_err(|e| e.to_string())?;
+    let caps = env
+        .add_capabilities(Capabilities {
+            line_numbers: true,
+            source_file_name: true,
+            thread_cpu_time: true,
+            sampled_alloc: true,
+            tag_objects: true,
+            monitor_events: true,
+        })
+        .map_err(|e| e.to_string())?;
+    env.set_default_callbacks().map_err(|e| e.to_string())?;
+    CALLBACKS_SET.store(true, Ordering::Release);
+    // ClassLoad must be enabled for AsyncGetCallTrace to work; ClassPrepare creates jmethodIDs.
+    env.enable_events(&[
+        Event::VmInit,
+        Event::VmDeath,
+        Event::ThreadStart,
+        Event::ThreadEnd,
+        Event::ClassLoad,
+        Event::ClassPrepare,
+    ])
+    .map_err(|e| e.to_string())?;
+    Ok(STATE.get_or_init(|| AgentState {
+        vm,
+        env,
+        caps,
+        attached,
+        threads: ThreadTable::new(8192),
+        names: Mutex::new(HashMap::new()),
+        session: Mutex::new(None),
+        pending: Mutex::new(None),
+        recorder: Mutex::new(None),
+    }))
+}

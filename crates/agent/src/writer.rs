@@ -1,0 +1,382 @@
+//! The session's writer thread: it starts the engines, polls them into the sink, keeps up with
+//! the process once a second, and hands the sink's profile to the outputs — the collector link
+//! (thread snapshots every `refresh`, new samples about once a second), the file rewritten every
+//! `flush`, and at the end the requested file and the status file. It is attached to the VM as
+//! a daemon and never sampled itself.
+
+use crate::engine::safepoint::map_state;
+use crate::options::Options;
+use crate::session::Shared;
+use crate::sink::Sink;
+use crate::state::{AgentState, lock, say};
+use crate::stream::{Handshake, Stream, StreamOptions, ThreadSnapshot};
+use jvmprof_jvmti::{Env, Jni, os};
+use jvmprof_profile::{ExportOptions, Format, Meta, Metric, Profile};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How often engines are polled at the latest, and thread timers reconciled and the status file
+/// written.
+const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(1);
+
+/// The writer thread's body.
+pub fn run(
+    state: &'static AgentState,
+    shared: Arc<Shared>,
+    ready: mpsc::Sender<Result<(), String>>,
+    done: mpsc::Sender<Result<String, String>>,
+) {
+    os::block_sampling_signal_in_current_thread();
+    lock(&shared.own_tids).insert(os::gettid());
+    let jni = match state.vm.attach_current_thread_as_daemon(c"jvmprof writer") {
+        Ok(j) => j,
+        Err(e) => {
+            let _ = ready.send(Err(e.to_string()));
+            return;
+        }
+    };
+    for (i, engine) in shared.engines.iter().enumerate() {
+        if let Err(e) = jni.with_local_frame(64, || engine.start(&jni)) {
+            for started in shared.engines[..i].iter().rev() {
+                jni.with_local_frame(64, || started.stop(&jni));
+            }
+            let _ = ready.send(Err(e));
+            state.vm.detach_current_thread();
+            return;
+        }
+    }
+    let _ = ready.send(Ok(()));
+    let mut w = Writer::new(state, &shared);
+    let started = Instant::now();
+    let mut last_housekeeping = Instant::now();
+    let mut last_snapshot = Instant::now();
+    let mut last_flush = Instant::now();
+    let mut flush_failed = false;
+    let tick = shared
+        .engines
+        .iter()
+        .map(|e| e.period())
+        .min()
+        .unwrap_or(HOUSEKEEPING_EVERY);
+    let mut next = Instant::now() + tick;
+    loop {
+        {
+            let mut stop = lock(&shared.stop);
+            while !*stop && Instant::now() < next {
+                let wait = next.saturating_duration_since(Instant::now());
+                stop = shared
+                    .wake
+                    .wait_timeout(stop, wait)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            if *stop {
+                break;
+            }
+        }
+        next += tick;
+        if next < Instant::now() {
+            next = Instant::now() + tick; // fell behind (e.g. a long safepoint): skip, don't burst
+        }
+        w.poll(&jni);
+        if last_housekeeping.elapsed() >= HOUSEKEEPING_EVERY {
+            last_housekeeping = Instant::now();
+            if let Some(tid) = w.stream.as_ref().and_then(|s| s.io_tid()) {
+                // The stream's I/O thread is ours: no CPU timer (its SIGPROF is blocked anyway).
+                lock(&shared.own_tids).insert(tid);
+            }
+            for e in &shared.engines {
+                e.housekeeping();
+            }
+            w.write_status(started.elapsed());
+            if w.stream.is_some() {
+                // Exact mode's trees are merged periodically only when someone reads them live.
+                w.flush_engines(&jni);
+            }
+            if let Some(stream) = &mut w.stream {
+                stream.samples(w.sink.profile());
+            }
+        }
+        if let (Some(every), Some(file)) = (shared.options.flush, &shared.options.file)
+            && last_flush.elapsed() >= every
+        {
+            last_flush = Instant::now();
+            w.flush_engines(&jni);
+            if let Err(e) = write_profile(w.sink.profile(), file, &shared.options)
+                && !std::mem::replace(&mut flush_failed, true)
+            {
+                say(&format!("{e} (flush); profiling continues"));
+            }
+        }
+        if w.stream.is_some() && last_snapshot.elapsed() >= shared.options.refresh {
+            last_snapshot = Instant::now();
+            jni.with_local_frame(64, || w.stream_snapshot(&jni));
+        }
+        if shared
+            .options
+            .duration
+            .is_some_and(|d| started.elapsed() >= d)
+        {
+            break;
+        }
+    }
+    for e in &shared.engines {
+        jni.with_local_frame(64, || e.stop(&jni));
+    }
+    w.poll(&jni);
+    for e in &shared.engines {
+        jni.with_local_frame(64, || e.finish(&jni, &mut w.sink));
+    }
+    let result = w.finish(started.elapsed());
+    if let Err(e) = &result {
+        say(e);
+    }
+    let _ = done.send(result);
+    state.vm.detach_current_thread();
+}
+
+/// The writer thread's working state: the sink and the outputs.
+struct Writer {
+    env: Env,
+    shared: Arc<Shared>,
+    sink: Sink,
+    /// The collector connection, with `server=`.
+    stream: Option<Stream>,
+    /// Java thread id → the order in which snapshots first saw the thread.
+    thread_order: HashMap<i64, u64>,
+}
+
+impl Writer {
+    fn new(state: &'static AgentState, shared: &Arc<Shared>) -> Writer {
+        let o = &shared.options;
+        let env = state.env;
+        let mut meta = Meta {
+            modes: o.modes().iter().map(|m| m.to_string()).collect(),
+            metrics: metrics_of(o),
+            interval_ns: o.interval.as_nanos() as u64,
+            engine: crate::engine::describe(&shared.engines),
+            jvm_name: env.system_property("java.vm.name").unwrap_or_default(),
+            jvm_version: env
+                .system_property("java.runtime.version")
+                .or_else(|| env.system_property("java.vm.version"))
+                .unwrap_or_default(),
+            pid: std::process::id(),
+            command: std::fs::read("/proc/self/cmdline")
+                .map(|b| {
+                    b.split(|c| *c == 0)
+                        .filter(|s| !s.is_empty())
+                        .map(|s| String::from_utf8_lossy(s).into_owned())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default(),
+            start_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            ..Meta::default()
+        };
+        meta.extra
+            .insert("agent_version".into(), env!("CARGO_PKG_VERSION").into());
+        meta.extra
+            .insert("attached".into(), state.attached.to_string());
+        meta.extra.insert("max_depth".into(), o.depth.to_string());
+        if let Some(a) = o.alloc {
+            let extra = &mut meta.extra;
+            extra.insert("alloc_interval_bytes".into(), a.interval_bytes.to_string());
+            extra.insert("live".into(), a.live.to_string());
+        }
+        if let Some(l) = o.lock {
+            let ns = l.threshold.as_nanos().to_string();
+            meta.extra.insert("lock_threshold_ns".into(), ns);
+        }
+        let stream = o.server.as_ref().map(|server| {
+            let handshake = Handshake {
+                pid: meta.pid,
+                command: meta.command.clone(),
+                jvm: format!("{} {}", meta.jvm_name, meta.jvm_version),
+                os: format!(
+                    "{} {}",
+                    env.system_property("os.name").unwrap_or_default(),
+                    env.system_property("os.version").unwrap_or_default()
+                ),
+                host: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_string())
+                    .unwrap_or_default(),
+                agent_version: env!("CARGO_PKG_VERSION").to_string(),
+                start_unix_ms: meta.start_unix_ms,
+            };
+            Stream::start(
+                StreamOptions {
+                    server: server.clone(),
+                    token: o.token.clone(),
+                    refresh: o.refresh,
+                },
+                handshake,
+            )
+        });
+        Writer {
+            env,
+            shared: shared.clone(),
+            sink: Sink::new(meta, env, &state.names, o.depth),
+            stream,
+            thread_order: HashMap::new(),
+        }
+    }
+
+    /// Polls every engine into the sink.
+    fn poll(&mut self, jni: &Jni) {
+        let before = self.sink.samples();
+        for e in &self.shared.engines {
+            jni.with_local_frame(64, || e.poll(jni, &mut self.sink));
+        }
+        let taken = self.sink.samples() - before;
+        self.shared.samples.fetch_add(taken, Ordering::Relaxed);
+    }
+
+    /// Makes what the engines hold back (exact trees) visible in the sink.
+    fn flush_engines(&mut self, jni: &Jni) {
+        for e in &self.shared.engines {
+            e.flush(jni, &mut self.sink);
+        }
+    }
+
+    /// Sends every thread's name, group, state, start order and stack to the collector.
+    fn stream_snapshot(&mut self, jni: &Jni) {
+        let Ok(stacks) = self.env.all_stack_traces(self.shared.options.depth as i32) else {
+            return;
+        };
+        let mut snapshot = Vec::with_capacity(stacks.len());
+        for ts in &stacks {
+            let Some(details) = self.env.thread_details(jni, ts.thread) else {
+                continue;
+            };
+            if details.name == "jvmprof writer" {
+                continue;
+            }
+            let id = jni.java_thread_id(ts.thread).unwrap_or(-1);
+            let next = self.thread_order.len() as u64;
+            let order = *self.thread_order.entry(id).or_insert(next);
+            let frames = ts
+                .frames
+                .iter()
+                .map(|&(method, bci)| {
+                    let fid = self.sink.java_frame(jni, method, bci);
+                    self.sink.profile().frames[fid as usize].clone()
+                })
+                .collect();
+            snapshot.push(ThreadSnapshot {
+                id,
+                name: details.name,
+                group: details.group,
+                daemon: details.daemon,
+                state: map_state(ts.state),
+                order,
+                frames,
+            });
+        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        if let Some(stream) = &mut self.stream {
+            stream.threads(now, snapshot);
+        }
+    }
+
+    fn write_status(&self, elapsed: Duration) {
+        if let Some(path) = &self.shared.options.status {
+            let text = format!(
+                "{} {}\n",
+                elapsed.as_millis(),
+                self.shared.samples.load(Ordering::Relaxed)
+            );
+            let _ = write_atomically(path, text.as_bytes());
+        }
+    }
+
+    /// Builds the profile and writes it in the format the options ask for.
+    fn finish(mut self, elapsed: Duration) -> Result<String, String> {
+        let dropped: u64 = self.shared.engines.iter().map(|e| e.dropped()).sum();
+        let meta = self.sink.meta_mut();
+        meta.duration_ms = elapsed.as_millis() as u64;
+        meta.dropped_samples = dropped;
+        self.write_status(elapsed);
+        let stream = self.stream.take();
+        let profile = self.sink.finish();
+        if let Some(stream) = stream {
+            stream.finish(&profile);
+        }
+        match &self.shared.options.file {
+            Some(file) => {
+                write_profile(&profile, file, &self.shared.options)?;
+                Ok(format!(
+                    "{} samples written to {}",
+                    profile.total(0),
+                    file.display()
+                ))
+            }
+            None => Ok(format!("{} samples streamed", profile.total(0))),
+        }
+    }
+}
+
+/// The metrics a session's samples carry: stack sampling's, then alloc's, then lock's.
+fn metrics_of(o: &Options) -> Vec<Metric> {
+    let mut m = Vec::new();
+    if o.sampling.is_some() {
+        m.extend([Metric::Samples, Metric::Ns]);
+    }
+    if let Some(a) = o.alloc {
+        m.extend([Metric::Bytes, Metric::Objects]);
+        if a.live {
+            m.extend([Metric::LiveBytes, Metric::LiveObjects]);
+        }
+    }
+    if o.lock.is_some() {
+        m.extend([
+            Metric::LockNs,
+            Metric::LockCount,
+            Metric::WaitNs,
+            Metric::WaitCount,
+        ]);
+    }
+    if o.exact.is_some() {
+        m.extend([Metric::Calls, Metric::Bytecodes]);
+    }
+    m
+}
+
+fn write_profile(profile: &Profile, file: &Path, o: &Options) -> Result<(), String> {
+    let format = match &o.format {
+        Some(f) => Format::parse(f),
+        None => Format::from_path(file),
+    }
+    .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    let metric = match &o.value {
+        Some(v) => Some(
+            Metric::parse(v).ok_or_else(|| format!("unknown value '{v}' for the output format"))?,
+        ),
+        None => None,
+    };
+    let options = ExportOptions {
+        metric,
+        threads: o.threads,
+    };
+    let mut bytes = Vec::new();
+    jvmprof_profile::write(profile, format, &options, &mut bytes)
+        .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    write_atomically(file, &bytes).map_err(|e| format!("cannot write {}: {e}", file.display()))
+}
+
+/// Writes to `path.tmp` and renames, so a reader never sees half a file.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
