@@ -6,6 +6,15 @@
 //! or into a running JVM by dynamic attach (`Agent_OnAttach`; a second attach with `stop` ends the
 //! session and writes the profile). A bad option prints one message on stderr and leaves the agent
 //! inert; the application always keeps running.
+//!
+//! This file holds the JVM's entry points only (each behind the bindings' catch_unwind). The
+//! rest, in the order a sample travels:
+//! - [`state`]: the one agent state (JVMTI env, thread tables, the session);
+//! - [`session`]: a session's start and stop;
+//! - [`engine`]: every source of samples behind one trait — where each kind of sample is born;
+//! - [`sink`]: the one sink the engines feed, which symbolises each sample once;
+//! - `writer`: the writer thread that polls the engines and hands the profile to the outputs
+//!   (the native or requested file, and [`stream`], the collector link).
 
 #![deny(unsafe_code)]
 
