@@ -13,6 +13,7 @@ pub mod heap;
 pub mod management;
 pub mod natives;
 pub mod os;
+pub mod perf;
 
 pub use env::*;
 pub use heap::ClassCount;

@@ -77,8 +77,9 @@ pub struct ThreadCpuTimer {
 unsafe impl Send for ThreadCpuTimer {}
 
 impl ThreadCpuTimer {
-    /// Creates and arms a timer that fires every `interval_ns` of CPU time consumed by thread `tid`.
-    pub fn start(tid: u32, interval_ns: u64) -> io::Result<ThreadCpuTimer> {
+    /// Creates and arms a timer that fires after `first_ns` of CPU time consumed by thread
+    /// `tid`, then every `interval_ns`.
+    pub fn start(tid: u32, first_ns: u64, interval_ns: u64) -> io::Result<ThreadCpuTimer> {
         // The kernel's per-thread CPU clock id: MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED), i.e.
         // (~tid << 3) | CPUCLOCK_PERTHREAD_MASK (4) | CPUCLOCK_SCHED (2).
         let clock: libc::clockid_t = ((!(tid as libc::clockid_t)) << 3) | 6;
@@ -94,13 +95,9 @@ impl ThreadCpuTimer {
             if libc::timer_create(clock, &mut sev, &mut id) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            let ts = libc::timespec {
-                tv_sec: (interval_ns / 1_000_000_000) as libc::time_t,
-                tv_nsec: (interval_ns % 1_000_000_000) as libc::c_long,
-            };
             let spec = libc::itimerspec {
-                it_interval: ts,
-                it_value: ts,
+                it_interval: timespec(interval_ns),
+                it_value: timespec(first_ns.clamp(1, interval_ns.max(1))),
             };
             if libc::timer_settime(id, 0, &spec, std::ptr::null_mut()) != 0 {
                 let err = io::Error::last_os_error();
@@ -125,6 +122,78 @@ impl Drop for ThreadCpuTimer {
     }
 }
 
+fn timespec(ns: u64) -> libc::timespec {
+    libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    }
+}
+
+/// `si_code` of a signal sent by a POSIX timer.
+const SI_TIMER: i32 = -2;
+
+/// What sent a sampling signal, from its siginfo.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignalSource {
+    /// A POSIX timer; `overrun` expirations were missed before this one was delivered.
+    Timer { overrun: u32 },
+    /// Signal-driven I/O on a file descriptor (a perf event's overflow).
+    Fd(i32),
+    Other,
+}
+
+/// Reads a sampling signal's source from the siginfo the kernel passed to an `SA_SIGINFO`
+/// handler. Async-signal-safe (plain reads).
+pub fn signal_source(info: *const SigInfo) -> SignalSource {
+    if info.is_null() {
+        return SignalSource::Other;
+    }
+    // SAFETY: `info` is the kernel's siginfo for the signal being handled (non-null checked).
+    // On Linux x86-64 and aarch64 the union after si_signo/si_errno/si_code starts at byte 16;
+    // a timer's si_overrun is the int at byte 20 (after si_tid), an I/O signal's si_fd the int
+    // at byte 24 (after the long si_band). The struct is 128 bytes, so both reads are in bounds.
+    unsafe {
+        let code = (*info).si_code;
+        let base = info as *const u8;
+        if code == SI_TIMER {
+            let overrun = std::ptr::read_unaligned(base.add(20) as *const i32);
+            SignalSource::Timer {
+                overrun: overrun.max(0) as u32,
+            }
+        } else if code > 0 && (*info).si_signo == SAMPLING_SIGNAL && code <= 6 {
+            // POLL_IN..POLL_HUP: the codes F_SETSIG-driven I/O signals carry.
+            SignalSource::Fd(std::ptr::read_unaligned(base.add(24) as *const i32))
+        } else {
+            SignalSource::Other
+        }
+    }
+}
+
+/// The calling thread's CPU time in nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// This process's CPU time (all threads, user + system) in nanoseconds.
+pub fn process_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Whether an error says the thread is gone (it ended before its timer or event was made).
+pub fn is_gone(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ESRCH)
+}
+
 /// The tids of all threads of this process, from /proc/self/task.
 pub fn process_thread_ids() -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
@@ -143,11 +212,5 @@ pub fn thread_comm(tid: u32) -> Option<String> {
 
 /// CLOCK_MONOTONIC in nanoseconds. Async-signal-safe (clock_gettime is on POSIX's list).
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    clock_ns(libc::CLOCK_MONOTONIC)
 }

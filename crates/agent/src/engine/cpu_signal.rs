@@ -2,21 +2,30 @@
 //! signal handler ([`crate::sampler::signal`]) walks its stack with AsyncGetCallTrace into the
 //! lock-free ring, and `poll` moves the ring's samples into the sink.
 //!
-//! Only running threads are sampled: a thread's clock advances only while it is on a CPU.
+//! Only running threads are sampled: a thread's clock advances only while it is on a CPU. The
+//! clock is a perf event on the thread's task clock where `perf_event_open` is allowed (it fires
+//! on time, also at 1 ms), else a POSIX CPU timer (checked at the kernel's tick; its late
+//! expirations are counted through the sample's weight). Either way each thread's first period
+//! is drawn uniformly from (0, interval], so a thread that lives for less CPU than one interval
+//! is sampled with the right probability instead of never.
+//!
 //! Failed walks are kept as `[unknown: reason]` samples and counted by reason; samples of JVM
 //! threads that have no Java stack are named by kind (`[JIT compiler]`, `[GC]`, `[VM thread]`).
+//! The profile's metadata names the clock (`cpu_engine`) and compares the CPU time the samples
+//! cover with the process's own CPU time over the session (`cpu_coverage`).
 
 use super::{Engine, EngineCtx};
-use crate::options::Options;
-use crate::sampler::ring::{NO_JNI_ENV, Ring};
+use crate::options::{CpuClock, Options};
+use crate::sampler::ring::{Header, NO_JNI_ENV, Ring, THREAD_START};
 use crate::sampler::signal::{self, SignalSampler};
 use crate::sink::Sink;
 use jvmprof_jvmti::asgct::{self, CallFrame};
 use jvmprof_jvmti::os::{self, ThreadCpuTimer};
+use jvmprof_jvmti::perf::{self, PerfEvent, Scope};
 use jvmprof_jvmti::{Jni, MethodId};
 use jvmprof_profile::{Metric, ThreadState};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Slots in the CPU sample ring. At 1 ms on every core of a 2-core machine the writer, draining
@@ -29,11 +38,30 @@ const RING_CAPACITY: usize = 1024;
 /// the first session's; a later session that asks for more is walked to that depth.
 static SAMPLER: OnceLock<&'static SignalSampler> = OnceLock::new();
 
+/// What drives the samples of one session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    Perf(Scope),
+    Timer,
+}
+
+/// One thread's CPU clock; dropping it stops it.
+#[allow(dead_code)] // held for its Drop
+enum Clock {
+    Perf(PerfEvent),
+    Timer(ThreadCpuTimer),
+}
+
 pub struct CpuSignal {
     sampler: &'static SignalSampler,
+    source: Source,
     interval_ns: u64,
     depth: usize,
-    timers: Mutex<HashMap<u32, ThreadCpuTimer>>,
+    clocks: Mutex<HashMap<u32, Clock>>,
+    /// Threads whose clock could not be made (their CPU goes unsampled).
+    arm_failures: AtomicU64,
+    /// Process CPU time and the writer's own at start, for the coverage line.
+    cpu_at_start: AtomicU64,
     /// The agent's own threads (writer, collector link): never armed.
     own_tids: Arc<Mutex<HashSet<u32>>>,
     stats: Mutex<Stats>,
@@ -45,6 +73,10 @@ pub struct CpuSignal {
 struct Stats {
     walk_failures: HashMap<&'static str, u64>,
     non_java: u64,
+    /// Sampling periods the drained samples stand for (sum of weights).
+    periods: u64,
+    /// Samples that stood for more than one period (late timer expirations).
+    weighted: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -52,13 +84,27 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl CpuSignal {
-    /// None when this JVM has no AsyncGetCallTrace.
+    /// None when this JVM has no AsyncGetCallTrace; an error when `cpu_engine=perf` was asked
+    /// for and perf events cannot be opened here.
     pub fn new(
         ctx: EngineCtx,
         options: &Options,
         own_tids: Arc<Mutex<HashSet<u32>>>,
-    ) -> Option<CpuSignal> {
-        let asgct = asgct::lookup()?;
+    ) -> Result<Option<CpuSignal>, String> {
+        let Some(asgct) = asgct::lookup() else {
+            return Ok(None);
+        };
+        let source = match (options.cpu_clock, perf::available()) {
+            (CpuClock::Timer, _) | (CpuClock::Auto, None) => Source::Timer,
+            (CpuClock::Auto | CpuClock::Perf, Some(scope)) => Source::Perf(scope),
+            (CpuClock::Perf, None) => {
+                return Err(
+                    "cpu_engine=perf: perf_event_open is not allowed here (see \
+                     /proc/sys/kernel/perf_event_paranoid); use cpu_engine=timer or auto"
+                        .into(),
+                );
+            }
+        };
         let depth = options.depth;
         let sampler = *SAMPLER.get_or_init(|| {
             Box::leak(Box::new(SignalSampler {
@@ -67,40 +113,92 @@ impl CpuSignal {
                 asgct,
                 vm: ctx.vm,
                 active: AtomicBool::new(false),
+                period_ns: AtomicU64::new(0),
             }))
         });
-        Some(CpuSignal {
+        Ok(Some(CpuSignal {
             sampler,
+            source,
             interval_ns: options.interval.as_nanos() as u64,
             depth: depth.min(sampler.ring.depth()),
-            timers: Mutex::new(HashMap::new()),
+            clocks: Mutex::new(HashMap::new()),
+            arm_failures: AtomicU64::new(0),
+            cpu_at_start: AtomicU64::new(0),
             own_tids,
             stats: Mutex::new(Stats::default()),
             dropped_before: sampler.ring.dropped(),
-        })
+        }))
     }
 
-    /// Arms a CPU timer for `tid` unless it has one or is the agent's own.
-    fn arm(&self, tid: u32) {
+    /// Starts a CPU clock for `tid` unless it has one or is the agent's own. The sampling
+    /// phase is uniform: the first expiry falls at a point uniform in (0, interval] of the
+    /// thread's CPU time. `born`: the thread is starting now and this runs on it, so the CPU it
+    /// already used (JVM thread start-up) counts too: periods that fell in it are recorded at
+    /// once as a `[thread start]` sample, and the clock's first expiry is what remains of the
+    /// phase. Expected samples are then the thread's whole CPU over the interval, however short
+    /// the thread's life.
+    fn arm(&self, tid: u32, born: bool) {
         if lock(&self.own_tids).contains(&tid) {
             return;
         }
-        let mut timers = lock(&self.timers);
-        if let std::collections::hash_map::Entry::Vacant(e) = timers.entry(tid)
-            && let Ok(t) = ThreadCpuTimer::start(tid, self.interval_ns)
-        {
-            e.insert(t);
+        let mut clocks = lock(&self.clocks);
+        let std::collections::hash_map::Entry::Vacant(e) = clocks.entry(tid) else {
+            return;
+        };
+        let period = self.interval_ns.max(1);
+        let phase = 1 + splitmix64(tid as u64 ^ os::monotonic_ns()) % period;
+        // The first expiry, measured as late as possible (just before the clock starts).
+        let first = || {
+            let used = if born { os::thread_cpu_ns() } else { 0 };
+            if phase > used {
+                phase - used
+            } else {
+                let missed = (used - phase) / period + 1;
+                self.record_start(tid, missed);
+                period - (used - phase) % period
+            }
+        };
+        let clock = match self.source {
+            Source::Perf(scope) => PerfEvent::open(tid, period, scope)
+                .and_then(|e| e.enable(first(), period).map(|()| Clock::Perf(e))),
+            Source::Timer => ThreadCpuTimer::start(tid, first(), period).map(Clock::Timer),
+        };
+        match clock {
+            Ok(c) => {
+                e.insert(c);
+            }
+            // A thread that ended before its clock was made is not a failure.
+            Err(err) if os::is_gone(&err) => {}
+            Err(_) => {
+                self.arm_failures.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
-    /// Arms timers for threads not seen starting and drops those of threads that are gone.
+    /// Records `periods` sampling periods of a starting thread's CPU, used before its clock ran.
+    fn record_start(&self, tid: u32, periods: u64) {
+        let ring = &self.sampler.ring;
+        if let Some(slot) = ring.reserve() {
+            ring.publish(
+                slot,
+                Header {
+                    tid,
+                    num_frames: THREAD_START,
+                    time_ns: os::monotonic_ns(),
+                    weight: periods.min(u32::MAX as u64) as u32,
+                },
+            );
+        }
+    }
+
+    /// Arms clocks for threads not seen starting and drops those of threads that are gone.
     fn reconcile_timers(&self) {
         let live: HashSet<u32> = os::process_thread_ids().into_iter().collect();
         for tid in &live {
-            self.arm(*tid);
+            self.arm(*tid, false);
         }
         let own = lock(&self.own_tids).clone();
-        lock(&self.timers).retain(|tid, _| live.contains(tid) && !own.contains(tid));
+        lock(&self.clocks).retain(|tid, _| live.contains(tid) && !own.contains(tid));
     }
 }
 
@@ -112,6 +210,11 @@ impl Engine for CpuSignal {
     fn start(&self, _jni: &Jni) -> Result<(), String> {
         // Samples a previous session left in the ring are not this session's.
         self.sampler.ring.drain(|_, _| {});
+        self.sampler
+            .period_ns
+            .store(self.interval_ns, Ordering::Relaxed);
+        self.cpu_at_start
+            .store(os::process_cpu_ns(), Ordering::Relaxed);
         signal::activate(self.sampler)
             .map_err(|e| format!("cannot install SIGPROF handler: {e}"))?;
         self.reconcile_timers();
@@ -123,9 +226,18 @@ impl Engine for CpuSignal {
         let depth = self.depth;
         let ring_depth = self.sampler.ring.depth();
         let mut stack: Vec<u32> = Vec::with_capacity(ring_depth + 1);
-        let values = sink.values(&[(Metric::Samples, 1), (Metric::Ns, self.interval_ns)]);
+        let interval_ns = self.interval_ns;
         self.sampler.ring.drain(|header, frames: &[CallFrame]| {
             stack.clear();
+            let weight = header.weight.max(1) as u64;
+            stats.periods += weight;
+            if weight > 1 {
+                stats.weighted += 1;
+            }
+            let values = sink.values(&[
+                (Metric::Samples, weight),
+                (Metric::Ns, weight * interval_ns),
+            ]);
             let (thread, internal) = sink.thread_of_tid(header.tid);
             if header.num_frames > 0 {
                 if header.num_frames as usize >= depth {
@@ -144,6 +256,8 @@ impl Engine for CpuSignal {
                 // A JVM-internal thread (JIT compiler, GC, VM thread): no Java stack to walk.
                 stats.non_java += 1;
                 stack.push(sink.synthetic(kind));
+            } else if header.num_frames == THREAD_START {
+                stack.push(sink.synthetic("[thread start]"));
             } else if header.num_frames == NO_JNI_ENV {
                 stats.non_java += 1;
                 stack.push(sink.synthetic("[JVM internal]"));
@@ -163,17 +277,48 @@ impl Engine for CpuSignal {
 
     fn stop(&self, _jni: &Jni) {
         signal::deactivate(self.sampler);
-        lock(&self.timers).clear();
+        lock(&self.clocks).clear();
+        // What the process used, less the writer thread (this one: the agent's own work).
+        let used = os::process_cpu_ns()
+            .saturating_sub(self.cpu_at_start.load(Ordering::Relaxed))
+            .saturating_sub(os::thread_cpu_ns());
+        self.cpu_at_start.store(used, Ordering::Relaxed);
     }
 
     fn finish(&self, _jni: &Jni, sink: &mut Sink) {
         let stats = lock(&self.stats);
+        let process_ns = self.cpu_at_start.load(Ordering::Relaxed);
+        let sampled_ns = stats.periods * self.interval_ns;
         let meta = sink.meta_mut();
         for (k, v) in &stats.walk_failures {
             *meta.walk_failures.entry(k.to_string()).or_default() += v;
         }
-        meta.extra
-            .insert("non_java_samples".into(), stats.non_java.to_string());
+        let engine = match self.source {
+            Source::Perf(Scope::All) => "perf",
+            Source::Perf(Scope::User) => "perf-user",
+            Source::Timer => "timer",
+        };
+        let coverage = if process_ns > 0 {
+            format!("{:.3}", sampled_ns as f64 / process_ns as f64)
+        } else {
+            "n/a".into()
+        };
+        let lost_ring = self.dropped();
+        for (k, v) in [
+            ("cpu_engine", engine.to_string()),
+            ("non_java_samples", stats.non_java.to_string()),
+            ("cpu_sampled_ns", sampled_ns.to_string()),
+            ("cpu_process_ns", process_ns.to_string()),
+            ("cpu_coverage", coverage),
+            ("cpu_weighted_samples", stats.weighted.to_string()),
+            ("lost_ring_full", lost_ring.to_string()),
+            (
+                "lost_unarmed_threads",
+                self.arm_failures.load(Ordering::Relaxed).to_string(),
+            ),
+        ] {
+            meta.extra.insert(k.into(), v);
+        }
     }
 
     fn dropped(&self) -> u64 {
@@ -181,10 +326,18 @@ impl Engine for CpuSignal {
     }
 
     fn thread_started(&self, tid: u32) {
-        self.arm(tid);
+        self.arm(tid, tid == os::gettid());
     }
 
     fn thread_ended(&self, tid: u32) {
-        lock(&self.timers).remove(&tid);
+        lock(&self.clocks).remove(&tid);
     }
+}
+
+/// A well-mixed 64-bit hash (splitmix64's finaliser): a cheap per-thread random first period.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }

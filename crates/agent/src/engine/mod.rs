@@ -92,10 +92,11 @@ pub fn choose(
     let mut engines: Vec<Box<dyn Engine>> = Vec::new();
     if let Some(mode) = options.sampling {
         let want_signal = mode == Mode::Cpu && options.engine != EngineChoice::Safepoint;
-        match want_signal
-            .then(|| cpu_signal::CpuSignal::new(ctx, options, own_tids))
-            .flatten()
-        {
+        let signal = match want_signal {
+            true => cpu_signal::CpuSignal::new(ctx, options, own_tids)?,
+            false => None,
+        };
+        match signal {
             Some(e) => engines.push(Box::new(e)),
             None => {
                 if options.engine == EngineChoice::Asgct {

@@ -22,10 +22,16 @@ pub struct Header {
     /// Frames written (> 0), or a failure code (≤ 0, AsyncGetCallTrace's, or [`NO_JNI_ENV`]).
     pub num_frames: i32,
     pub time_ns: u64,
+    /// How many sampling periods this sample stands for: 1, or 1 + the expirations a POSIX
+    /// timer missed before this signal was delivered (`si_overrun`).
+    pub weight: u32,
 }
 
 /// `num_frames` when the interrupted thread has no JNIEnv (a JVM-internal thread).
 pub const NO_JNI_ENV: i32 = -100;
+/// `num_frames` of the record a new thread's CPU engine adds for the sampling periods that fell
+/// in the CPU the thread used before its clock was armed (JVM thread start-up).
+pub const THREAD_START: i32 = -101;
 
 struct Slot {
     seq: AtomicU64,
@@ -188,6 +194,7 @@ mod tests {
                 tid,
                 num_frames: n,
                 time_ns: 0,
+                weight: 1,
             },
         );
         true

@@ -3,8 +3,14 @@
 //! The handler runs on whatever Java (or JVM-internal) thread a per-thread CPU timer interrupted.
 //! It reads only pre-allocated, lock-free state: the sampler pointer, the tid → JNIEnv table and
 //! the sample ring. It calls only async-signal-safe functions (gettid, clock_gettime,
-//! AsyncGetCallTrace, and on HotSpot `GetEnv` for threads that predate an attach), restores errno,
-//! and cannot panic (no unwrap, no unchecked index on data it did not make).
+//! AsyncGetCallTrace, and on HotSpot `GetEnv` for threads that predate an attach, ioctl to re-arm
+//! a perf event), restores errno, and cannot panic (no unwrap, no unchecked index on data it did
+//! not make).
+//!
+//! Each sample carries a weight: a POSIX CPU timer is checked only at the scheduler tick, so
+//! expirations it noticed late arrive as one signal with the missed ones in `si_overrun`, and
+//! the sample stands for `1 + si_overrun` periods. A perf event fires on time (weight 1) and is
+//! re-armed here for its next period.
 
 #![allow(unsafe_code)]
 
@@ -14,7 +20,9 @@ use jvmprof_jvmti::Vm;
 use jvmprof_jvmti::asgct::{AsgctFn, CallTrace};
 use jvmprof_jvmti::os;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use jvmprof_jvmti::os::SignalSource;
+use jvmprof_jvmti::perf;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 /// Everything the handler needs. Leaked (`&'static`) once made: a handler may still be running on
 /// some thread after the sampler is stopped, so it is never freed.
@@ -24,6 +32,8 @@ pub struct SignalSampler {
     pub asgct: AsgctFn,
     pub vm: Vm,
     pub active: AtomicBool,
+    /// The running session's sampling period, for re-arming perf events.
+    pub period_ns: AtomicU64,
 }
 
 static SAMPLER: AtomicPtr<SignalSampler> = AtomicPtr::new(std::ptr::null_mut());
@@ -50,20 +60,28 @@ pub fn deactivate(sampler: &SignalSampler) {
     sampler.active.store(false, Ordering::Release);
 }
 
-extern "C" fn on_signal(_signo: i32, _info: *mut os::SigInfo, ucontext: *mut c_void) {
+extern "C" fn on_signal(_signo: i32, info: *mut os::SigInfo, ucontext: *mut c_void) {
     let saved_errno = os::errno();
     let ptr = SAMPLER.load(Ordering::Acquire);
     if !ptr.is_null() {
         // SAFETY: SAMPLER only ever holds pointers to leaked, never-freed SignalSamplers.
         let sampler = unsafe { &*ptr };
         if sampler.active.load(Ordering::Acquire) {
-            record(sampler, ucontext);
+            let source = os::signal_source(info);
+            let weight = match source {
+                SignalSource::Timer { overrun } => overrun.saturating_add(1),
+                SignalSource::Fd(_) | SignalSource::Other => 1,
+            };
+            record(sampler, ucontext, weight);
+            if let SignalSource::Fd(fd) = source {
+                perf::rearm(fd, sampler.period_ns.load(Ordering::Relaxed));
+            }
         }
     }
     os::set_errno(saved_errno);
 }
 
-fn record(sampler: &SignalSampler, ucontext: *mut c_void) {
+fn record(sampler: &SignalSampler, ucontext: *mut c_void, weight: u32) {
     let tid = os::gettid();
     let mut env = sampler.threads.lookup(tid);
     if env.is_null() {
@@ -93,6 +111,7 @@ fn record(sampler: &SignalSampler, ucontext: *mut c_void) {
             tid,
             num_frames,
             time_ns: os::monotonic_ns(),
+            weight,
         },
     );
 }
