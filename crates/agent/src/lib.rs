@@ -20,7 +20,8 @@
 
 pub mod dump;
 pub mod engine;
-pub mod options;
+/// The options type, shared with the CLI.
+pub use jvmprof_options as options;
 pub mod sampler;
 mod session;
 pub mod sink;
@@ -118,8 +119,10 @@ impl Agent for JvmprofAgent {
         let text = context.options_lossy().unwrap_or_default();
         let options = match options::parse(&text) {
             Ok(Command::Start(o)) => *o,
-            Ok(Command::Stop | Command::Dump(_) | Command::Heap(_)) => {
-                say("`stop`, `dump` and `heap` only make sense when attaching; the agent is inert");
+            Ok(Command::Stop(_) | Command::Status(_) | Command::Dump(_) | Command::Heap(_)) => {
+                say(
+                    "`stop`, `query`, `dump` and `heap` only make sense when attaching; the agent is inert",
+                );
                 return jni::JNI_OK;
             }
             Err(e) => {
@@ -149,10 +152,21 @@ impl Agent for JvmprofAgent {
     fn on_attach(&self, context: AgentLoadContext<'_>) -> jni::jint {
         let text = context.options_lossy().unwrap_or_default();
         let options = match options::parse(&text) {
-            Ok(Command::Stop) => {
-                if let Some(s) = state::get() {
-                    session::stop(s);
+            Ok(Command::Stop(reply)) => {
+                let outcome = state::get()
+                    .and_then(session::stop)
+                    .unwrap_or_else(|| Err("no profiling session runs in this JVM".into()));
+                if let Some(path) = reply {
+                    let text = match outcome {
+                        Ok(done) => format!("ok: {done}\n"),
+                        Err(e) => format!("error: {e}\n"),
+                    };
+                    let _ = std::fs::write(path, text);
                 }
+                return jni::JNI_OK;
+            }
+            Ok(Command::Status(path)) => {
+                let _ = std::fs::write(path, session::status(state::get()).to_string());
                 return jni::JNI_OK;
             }
             Ok(Command::Dump(path)) => return attach_command(&context, &path, false),
@@ -199,8 +213,8 @@ impl Agent for JvmprofAgent {
     }
 
     fn vm_death(&self, _context: CallbackContext<'_>) {
-        if let Some(s) = state::get() {
-            session::stop(s);
+        if let Some(Err(e)) = state::get().and_then(session::stop) {
+            say(&e);
         }
     }
 

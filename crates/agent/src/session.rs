@@ -20,6 +20,8 @@ pub struct Shared {
     pub wake: Condvar,
     /// Samples taken so far, for the status file.
     pub samples: AtomicU64,
+    /// When the session started (Unix ms).
+    pub started_unix_ms: u64,
 }
 
 pub struct Session {
@@ -47,6 +49,7 @@ impl Session {
             stop: Mutex::new(false),
             wake: Condvar::new(),
             samples: AtomicU64::new(0),
+            started_unix_ms: unix_ms(),
         });
         let (done_tx, done) = mpsc::channel();
         let (ready_tx, ready) = mpsc::channel();
@@ -105,20 +108,56 @@ impl Session {
     }
 }
 
+impl Session {
+    /// What the session is, for `jvmprof status` and for a refused second session.
+    fn describe(&self) -> serde_json::Value {
+        let o = &self.shared.options;
+        let now = unix_ms();
+        serde_json::json!({
+            "running": !self.finished(),
+            "modes": o.modes(),
+            "interval_ns": o.interval.as_nanos() as u64,
+            "engines": self.shared.engines.iter().map(|e| e.name()).collect::<Vec<_>>(),
+            "started_unix_ms": self.shared.started_unix_ms,
+            "elapsed_ms": now.saturating_sub(self.shared.started_unix_ms),
+            "duration_ms": o.duration.map(|d| d.as_millis() as u64),
+            "samples": self.shared.samples.load(std::sync::atomic::Ordering::Relaxed),
+            "file": o.owner_file.as_ref().or(o.file.as_ref()).map(|f| f.display().to_string()),
+            "server": o.server,
+            "owner_pid": o.owner.map(|(pid, _)| pid),
+        })
+    }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// What runs in this JVM, as JSON (`{"running": false}` when nothing does).
+pub fn status(state: Option<&AgentState>) -> serde_json::Value {
+    state
+        .and_then(|s| lock(&s.session).as_ref().map(Session::describe))
+        .unwrap_or_else(|| serde_json::json!({ "running": false }))
+}
+
 /// Starts a session unless one runs; a finished one (its duration elapsed) is collected first.
 pub fn start(state: &'static AgentState, options: Options) -> Result<(), String> {
     // The lock is not held while the session starts: attaching the writer thread to the VM fires
     // ThreadStart on it, and that callback takes the lock.
     let previous = {
         let mut slot = lock(&state.session);
-        if slot.as_ref().is_some_and(|s| !s.finished()) {
-            return Err("a profiling session is already running; send `stop` first".into());
+        if let Some(running) = slot.as_ref().filter(|s| !s.finished()) {
+            return Err(already_running(&running.describe(), &options));
         }
         slot.take()
     };
     if let Some(old) = previous {
         let _ = old.stop();
     }
+    *lock(&state.log) = options.log.clone();
     let s = Session::start(state, options)?;
     let mut slot = lock(&state.session);
     if slot.is_some() {
@@ -130,12 +169,36 @@ pub fn start(state: &'static AgentState, options: Options) -> Result<(), String>
     Ok(())
 }
 
-/// Stops the running session, if any, and writes its profile.
-pub fn stop(state: &AgentState) {
-    let session = lock(&state.session).take();
-    if let Some(s) = session
-        && let Err(e) = s.stop()
-    {
-        crate::state::say(&e);
+/// Why a second session cannot start, and exactly what to do instead.
+fn already_running(running: &serde_json::Value, wanted: &Options) -> String {
+    let modes = |v: &serde_json::Value| {
+        v.as_array()
+            .map(|a| a.iter().filter_map(|m| m.as_str()).collect::<Vec<_>>().join(","))
+            .unwrap_or_default()
+    };
+    let pid = std::process::id();
+    let have = modes(&running["modes"]);
+    let mut text = format!(
+        "a {have} profiling session is already running in this JVM (for {} s",
+        running["elapsed_ms"].as_u64().unwrap_or(0) / 1000
+    );
+    if let Some(owner) = running["owner_pid"].as_u64() {
+        text.push_str(&format!(", started by jvmprof pid {owner}"));
     }
+    if let Some(file) = running["file"].as_str() {
+        text.push_str(&format!(", writing {file}"));
+    }
+    text.push_str(&format!(
+        "): run `jvmprof stop {pid}` first, then record again with every mode you want in one \
+         session (--mode {have},{})",
+        wanted.modes().join(",")
+    ));
+    text
+}
+
+/// Stops the running session, if any, and writes its profile: None when no session was there,
+/// else what the writer reports.
+pub fn stop(state: &AgentState) -> Option<Result<String, String>> {
+    let session = lock(&state.session).take();
+    session.map(Session::stop)
 }

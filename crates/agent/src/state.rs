@@ -12,6 +12,7 @@ use crate::sampler::threads::ThreadTable;
 use crate::session::Session;
 use jvmprof_jvmti::{Capabilities, Env, Event, Vm};
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -32,6 +33,8 @@ pub struct AgentState {
     /// The event engine's recorder while an alloc or lock session runs (JVMTI callbacks and
     /// lock mode's park probe feed it).
     pub recorder: Mutex<Option<Arc<Recorder>>>,
+    /// The file the current session's owner reads the agent's messages from (`log=`).
+    pub log: Mutex<Option<PathBuf>>,
 }
 
 static STATE: OnceLock<AgentState> = OnceLock::new();
@@ -60,9 +63,16 @@ pub fn recorder() -> Option<Arc<Recorder>> {
     get().and_then(|s| lock(&s.recorder).clone())
 }
 
-/// One `jvmprof: ...` line on the target's stderr.
+/// One `jvmprof: ...` line on the target's stderr, and in the session owner's log file.
 pub fn say(msg: &str) {
     eprintln!("jvmprof: {msg}");
+    let log = get().and_then(|s| lock(&s.log).clone());
+    if let Some(path) = log {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "jvmprof: {msg}");
+        }
+    }
 }
 
 /// Creates the JVMTI environment, capabilities and event wiring (once per process).
@@ -103,5 +113,6 @@ pub fn init(vm: Vm, attached: bool) -> Result<&'static AgentState, String> {
         session: Mutex::new(None),
         pending: Mutex::new(None),
         recorder: Mutex::new(None),
+        log: Mutex::new(None),
     }))
 }

@@ -56,6 +56,7 @@ pub fn run(
     let mut last_snapshot = Instant::now();
     let mut last_flush = Instant::now();
     let mut flush_failed = false;
+    let mut orphaned = false;
     let tick = shared
         .engines
         .iter()
@@ -88,6 +89,10 @@ pub fn run(
             if let Some(tid) = w.stream.as_ref().and_then(|s| s.io_tid()) {
                 // The stream's I/O thread is ours: no CPU timer (its SIGPROF is blocked anyway).
                 lock(&shared.own_tids).insert(tid);
+            }
+            if shared.options.owner.is_some_and(crate::options::owner_gone) {
+                orphaned = true;
+                break;
             }
             for e in &shared.engines {
                 e.housekeeping();
@@ -131,7 +136,7 @@ pub fn run(
     for e in &shared.engines {
         jni.with_local_frame(64, || e.finish(&jni, &mut w.sink));
     }
-    let result = w.finish(started.elapsed());
+    let result = w.finish(started.elapsed(), orphaned);
     if let Err(e) = &result {
         say(e);
     }
@@ -156,7 +161,7 @@ impl Writer {
         let env = state.env;
         let mut meta = Meta {
             modes: o.modes().iter().map(|m| m.to_string()).collect(),
-            metrics: metrics_of(o),
+            metrics: o.metrics(),
             interval_ns: o.interval.as_nanos() as u64,
             engine: crate::engine::describe(&shared.engines),
             jvm_name: env.system_property("java.vm.name").unwrap_or_default(),
@@ -299,8 +304,10 @@ impl Writer {
         }
     }
 
-    /// Builds the profile and writes it in the format the options ask for.
-    fn finish(mut self, elapsed: Duration) -> Result<String, String> {
+    /// Builds the profile and writes it in the format the options ask for; `orphaned`: the
+    /// process that controls the session is gone, so the agent also writes the file it wanted
+    /// (and removes the private files it would have converted).
+    fn finish(mut self, elapsed: Duration, orphaned: bool) -> Result<String, String> {
         let dropped: u64 = self.shared.engines.iter().map(|e| e.dropped()).sum();
         let meta = self.sink.meta_mut();
         meta.duration_ms = elapsed.as_millis() as u64;
@@ -311,9 +318,30 @@ impl Writer {
         if let Some(stream) = stream {
             stream.finish(&profile);
         }
-        match &self.shared.options.file {
+        let o = &self.shared.options;
+        if orphaned && let Some(wanted) = &o.owner_file {
+            let owner = o.owner.map_or(0, |(pid, _)| pid);
+            let outcome = write_profile(&profile, wanted, &Options { format: None, ..o.clone() });
+            if let Some(native) = &o.file {
+                remove_private_files(native, o.status.as_deref());
+            }
+            return match outcome {
+                Ok(()) => {
+                    let text = format!(
+                        "the jvmprof that started this session (pid {owner}) is gone; \
+                         {} samples written to {}",
+                        profile.total(0),
+                        wanted.display()
+                    );
+                    say(&text);
+                    Ok(text)
+                }
+                Err(e) => Err(format!("the jvmprof that started this session is gone; {e}")),
+            };
+        }
+        match &o.file {
             Some(file) => {
-                write_profile(&profile, file, &self.shared.options)?;
+                write_profile(&profile, file, o)?;
                 Ok(format!(
                     "{} samples written to {}",
                     profile.total(0),
@@ -325,30 +353,20 @@ impl Writer {
     }
 }
 
-/// The metrics a session's samples carry: stack sampling's, then alloc's, then lock's.
-fn metrics_of(o: &Options) -> Vec<Metric> {
-    let mut m = Vec::new();
-    if o.sampling.is_some() {
-        m.extend([Metric::Samples, Metric::Ns]);
+/// Removes the native file and status file the owner would have read, and their directory when
+/// it is a jvmprof temporary directory left empty.
+fn remove_private_files(native: &Path, status: Option<&Path>) {
+    let _ = std::fs::remove_file(native);
+    if let Some(s) = status {
+        let _ = std::fs::remove_file(s);
     }
-    if let Some(a) = o.alloc {
-        m.extend([Metric::Bytes, Metric::Objects]);
-        if a.live {
-            m.extend([Metric::LiveBytes, Metric::LiveObjects]);
-        }
+    if let Some(dir) = native.parent()
+        && dir
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("jvmprof-"))
+    {
+        let _ = std::fs::remove_dir(dir);
     }
-    if o.lock.is_some() {
-        m.extend([
-            Metric::LockNs,
-            Metric::LockCount,
-            Metric::WaitNs,
-            Metric::WaitCount,
-        ]);
-    }
-    if o.exact.is_some() {
-        m.extend([Metric::Calls, Metric::Bytecodes]);
-    }
-    m
 }
 
 fn write_profile(profile: &Profile, file: &Path, o: &Options) -> Result<(), String> {

@@ -62,6 +62,7 @@ pub fn run(args: Args) -> Result<i32> {
         value: None,
         depth: 512,
         engine: "auto".into(),
+        cpu_engine: "auto".into(),
         pid: None,
         duration: None,
         agent: args.agent,

@@ -6,7 +6,7 @@
 
 use anyhow::{Context, Result, anyhow, bail};
 use jvmprof_cli::attach;
-use jvmprof_profile::{ExportOptions, Format};
+use jvmprof_profile::ExportOptions;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
@@ -63,14 +63,20 @@ pub struct Args {
     /// Stack walker: auto (AsyncGetCallTrace when available), asgct or safepoint.
     #[arg(long, default_value = "auto")]
     pub engine: String,
+    /// What drives CPU samples: auto (perf events where allowed, else timers), perf (a per-thread
+    /// task-clock perf event: on time at any interval) or timer (a POSIX CPU timer: checked at the
+    /// kernel's tick, late expirations weighted).
+    #[arg(long, default_value = "auto")]
+    pub cpu_engine: String,
     /// Also stream samples and thread snapshots to a collector (`jvmprof serve`) at HOST:PORT.
     #[arg(long, value_name = "HOST:PORT")]
     pub server: Option<String>,
     /// Attach to this running JVM instead of launching one.
     #[arg(long, conflicts_with = "command")]
     pub pid: Option<u32>,
-    /// With --pid: stop after this long (default: until Ctrl-C or the JVM exits).
-    #[arg(long, requires = "pid")]
+    /// Stop profiling after this long and write the profile (default: until Ctrl-C or the JVM
+    /// exits). A launched JVM runs on to its end.
+    #[arg(long)]
     pub duration: Option<String>,
     /// The agent library (default: libjvmprof_agent.so next to this executable).
     #[arg(long, env = "JVMPROF_AGENT")]
@@ -81,17 +87,13 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<i32> {
-    let format = match &args.format {
-        Some(f) => Format::parse(f)?,
-        None => Format::from_path(&args.output)?,
-    };
-    let metric = jvmprof_cli::value_metric(args.value.as_deref())?;
     let agent = find_agent(args.agent.as_deref())?;
     let work = TempDir::new()?;
     let native = work.path.join("profile.jvmprof");
     let status = work.path.join("status");
+    let log = work.path.join("log");
     let mut options = format!(
-        "mode={},interval={},alloc_interval={},lock_threshold={},live={},depth={},engine={},file={},status={}",
+        "mode={},interval={},alloc_interval={},lock_threshold={},live={},depth={},engine={},cpu_engine={},threads={},file={},status={}",
         args.mode.replace(',', "+"),
         args.interval,
         args.alloc_interval,
@@ -99,6 +101,8 @@ pub fn run(args: Args) -> Result<i32> {
         args.live,
         args.depth,
         args.engine,
+        args.cpu_engine,
+        args.threads,
         native.display(),
         status.display()
     );
@@ -122,16 +126,46 @@ pub fn run(args: Args) -> Result<i32> {
     if let Some(server) = &args.server {
         options.push_str(&format!(",server={server}"));
     }
+    if let Some(d) = &args.duration {
+        options.push_str(&format!(",duration={d}"));
+    }
+    if let Some(v) = &args.value {
+        options.push_str(&format!(",value={v}"));
+    }
+    if args.pid.is_some() {
+        // The agent stops by itself and writes what was asked for if this process disappears,
+        // and tells this process what it says through the log file.
+        let output = std::path::absolute(&args.output)?;
+        if let Some((pid, start)) = jvmprof_options::this_process_as_owner() {
+            options.push_str(&format!(",owner={pid}:{start}"));
+        }
+        options.push_str(&format!(",owner_file={},log={}", output.display(), log.display()));
+    }
+    // Every option is checked here, by the parser the agent uses, before any JVM is touched.
+    let parsed = match jvmprof_options::parse(&options) {
+        Ok(jvmprof_options::Command::Start(o)) => o,
+        Ok(_) => bail!("these options do not start a profiling session"),
+        Err(e) => bail!("{e}"),
+    };
+    if args.pid.is_some() && parsed.exact.is_some() {
+        bail!(
+            "exact mode instruments classes as they load: it needs the agent at launch \
+             (`jvmprof record --mode exact -- java ...`), not --pid"
+        );
+    }
+    let format = parsed
+        .check_output(&args.output, args.format.as_deref(), args.value.as_deref())
+        .map_err(|e| anyhow!(e))?;
+    let metric = jvmprof_cli::value_metric(args.value.as_deref())?;
     let code = match args.pid {
         Some(pid) => {
-            if let Some(d) = &args.duration {
-                options.push_str(&format!(",duration={d}"));
-            }
-            let duration = args
-                .duration
-                .as_deref()
-                .and_then(|d| humantime::parse_duration(d).ok());
-            attach_and_record(pid, &agent, &options, &native, &status, duration)?;
+            let waiting = Waiting {
+                native: &native,
+                status: &status,
+                log: &log,
+                duration: parsed.duration,
+            };
+            attach_and_record(pid, &agent, &options, &waiting)?;
             0
         }
         None => launch(&args.command, &agent, &options, &status)?,
@@ -217,18 +251,23 @@ fn exit_code(status: ExitStatus) -> i32 {
         .unwrap_or(1)
 }
 
-/// Attaches, waits for the duration, Ctrl-C or the JVM's exit, and waits for the profile.
-fn attach_and_record(
-    pid: u32,
-    agent: &Path,
-    options: &str,
-    native: &Path,
-    status: &Path,
+/// The files an attach session's agent writes, and how long it runs.
+struct Waiting<'a> {
+    native: &'a Path,
+    status: &'a Path,
+    /// The agent's messages, printed here as they come.
+    log: &'a Path,
     duration: Option<Duration>,
-) -> Result<()> {
+}
+
+/// Attaches, waits for the duration, Ctrl-C or the JVM's exit, and waits for the profile.
+fn attach_and_record(pid: u32, agent: &Path, options: &str, w: &Waiting<'_>) -> Result<()> {
+    let (native, status, duration) = (w.native, w.status, w.duration);
     let interrupted = ignore_interrupts()?;
-    attach::load_agent(pid, agent, options)
-        .with_context(|| format!("cannot start the agent in process {pid}"))?;
+    let mut log = LogTail::new(w.log);
+    let loaded = attach::load_agent(pid, agent, options);
+    log.print();
+    loaded.with_context(|| format!("cannot start the agent in process {pid}"))?;
     eprintln!("jvmprof: profiling process {pid}; Ctrl-C to stop");
     let progress = Progress::new(status);
     let mut stop_sent = false;
@@ -261,10 +300,46 @@ fn attach_and_record(
             }
         }
         progress.show();
+        if log.has_news() {
+            progress.clear();
+            log.print();
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
     progress.clear();
+    log.print();
     Ok(())
+}
+
+/// Prints what the agent appends to its log file, once each line.
+struct LogTail {
+    path: PathBuf,
+    printed: usize,
+}
+
+impl LogTail {
+    fn new(path: &Path) -> LogTail {
+        LogTail {
+            path: path.to_path_buf(),
+            printed: 0,
+        }
+    }
+
+    fn read(&self) -> String {
+        std::fs::read_to_string(&self.path).unwrap_or_default()
+    }
+
+    fn has_news(&self) -> bool {
+        self.read().len() > self.printed
+    }
+
+    fn print(&mut self) {
+        let text = self.read();
+        if let Some(new) = text.get(self.printed..) {
+            eprint!("{new}");
+        }
+        self.printed = text.len();
+    }
 }
 
 /// Whether `pid` is still a running process (a zombie — exited, not yet reaped by its parent —

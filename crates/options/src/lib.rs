@@ -1,7 +1,14 @@
-//! Agent options: `key=value` pairs separated by commas, as given after `-agentpath:...=`.
-//! A bad option is reported once, by name, and leaves the agent inert; the application still runs.
+//! The profiling options, one type for the CLI and the agent: `key=value` pairs separated by
+//! commas, as given after `-agentpath:...=` or built by `jvmprof record`.
+//!
+//! The CLI parses the very string it will hand the agent, and checks the output file against the
+//! modes ([`Options::check_output`]), before it launches or attaches: a bad option is refused at
+//! once, with no JVM started. The agent parses the same string again (options can be given by hand
+//! with `-agentpath`); there a bad option is reported once, by name, and leaves the agent inert
+//! while the application runs.
 
-use std::path::PathBuf;
+use jvmprof_profile::{Format, Metric};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +32,27 @@ pub enum Engine {
     Auto,
     Asgct,
     Safepoint,
+}
+
+/// What drives CPU samples (`cpu_engine`): a per-thread perf event on the task clock
+/// (hrtimer-driven: accurate at 1 ms and for short or bursty threads) or a POSIX CPU timer
+/// (checked only at the kernel's tick; overrun-weighted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuClock {
+    /// Perf events where `perf_event_open` is allowed, else timers.
+    Auto,
+    Perf,
+    Timer,
+}
+
+impl CpuClock {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuClock::Auto => "auto",
+            CpuClock::Perf => "perf",
+            CpuClock::Timer => "timer",
+        }
+    }
 }
 
 /// Allocation profiling (`alloc` mode).
@@ -85,6 +113,8 @@ pub struct Options {
     /// Deepest stack recorded, in frames.
     pub depth: usize,
     pub engine: Engine,
+    /// What drives CPU samples (cpu mode with AsyncGetCallTrace).
+    pub cpu_clock: CpuClock,
     /// Stop and write the profile after this long (used with attach).
     pub duration: Option<Duration>,
     /// A file the agent rewrites about once a second with `elapsed_ms samples`, for progress.
@@ -98,14 +128,26 @@ pub struct Options {
     /// Rewrite `file` this often with everything so far (exact trees merged first), so the
     /// profile of a long-running JVM can be read while it runs.
     pub flush: Option<Duration>,
+    /// The process that controls this session (`jvmprof record --pid`): its pid and start time
+    /// (clock ticks after boot, /proc/PID/stat field 22, so a reused pid is not mistaken for it).
+    /// When it is gone the session stops by itself.
+    pub owner: Option<(u32, u64)>,
+    /// Where the owner wanted the profile (format from its extension, `value` and `threads`
+    /// apply): written by the agent when the owner is gone.
+    pub owner_file: Option<PathBuf>,
+    /// A file the agent also appends its `jvmprof: ...` messages to (the owner prints them).
+    pub log: Option<PathBuf>,
 }
 
 /// What an option string asks the agent to do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
     Start(Box<Options>),
-    /// Stop the running session and write its profile (sent by a second attach).
-    Stop,
+    /// Stop the running session and write its profile (sent by a second attach); the outcome
+    /// goes to the `reply` file when one is given.
+    Stop(Option<PathBuf>),
+    /// Write what runs (modes, since when, samples, output) as JSON to this file (attach).
+    Status(PathBuf),
     /// Write a thread dump (threads, stacks, locks, deadlocks) as JSON to this file (attach).
     Dump(PathBuf),
     /// Write a class histogram (instances and bytes per class) as JSON to this file (attach).
@@ -130,11 +172,146 @@ impl Options {
         }
         m
     }
+
+    /// The metrics the session's samples carry: stack sampling's, then alloc's, lock's, exact's.
+    pub fn metrics(&self) -> Vec<Metric> {
+        let mut m = Vec::new();
+        if self.sampling.is_some() {
+            m.extend([Metric::Samples, Metric::Ns]);
+        }
+        if let Some(a) = self.alloc {
+            m.extend([Metric::Bytes, Metric::Objects]);
+            if a.live {
+                m.extend([Metric::LiveBytes, Metric::LiveObjects]);
+            }
+        }
+        if self.lock.is_some() {
+            m.extend([
+                Metric::LockNs,
+                Metric::LockCount,
+                Metric::WaitNs,
+                Metric::WaitCount,
+            ]);
+        }
+        if self.exact.is_some() {
+            m.extend([Metric::Calls, Metric::Bytecodes]);
+        }
+        m
+    }
+
+    /// Checks that `path` can be written in `format` (or the format its extension names) with
+    /// `value` as the metric of a single-metric format, for these modes. Returns the format.
+    pub fn check_output(
+        &self,
+        path: &Path,
+        format: Option<&str>,
+        value: Option<&str>,
+    ) -> Result<Format, String> {
+        let format = match format {
+            Some(f) => Format::parse(f),
+            None => Format::from_path(path),
+        }
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+        if let Some(v) = value {
+            let metric = Metric::parse(v).ok_or_else(|| {
+                format!("unknown value '{v}' (samples, ns, bytes, objects, live_bytes, live_objects, lock_ns, lock_count, wait_ns, wait_count, calls, bytecodes, count)")
+            })?;
+            let metrics = self.metrics();
+            // `ns` and `count` also address a lock-only profile's contention metrics.
+            let lock_alias = self.sampling.is_none()
+                && self.lock.is_some()
+                && matches!(v, "ns" | "count");
+            if !metrics.contains(&metric) && !lock_alias {
+                let names: Vec<&str> = metrics.iter().map(|m| m.as_str()).collect();
+                return Err(format!(
+                    "--value {v}: a {} profile has no such metric (it has {})",
+                    self.modes().join("+"),
+                    names.join(", ")
+                ));
+            }
+        }
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        if !dir.is_dir() {
+            return Err(format!(
+                "cannot write {}: directory {} does not exist",
+                path.display(),
+                dir.display()
+            ));
+        }
+        if path.is_dir() {
+            return Err(format!("cannot write {}: it is a directory", path.display()));
+        }
+        let writable = if path.exists() {
+            std::fs::OpenOptions::new().append(true).open(path).is_ok()
+        } else {
+            let probe = dir.join(format!(".jvmprof-probe-{}", std::process::id()));
+            let ok = std::fs::File::create(&probe).is_ok();
+            let _ = std::fs::remove_file(&probe);
+            ok
+        };
+        if !writable {
+            return Err(format!(
+                "cannot write {}: permission denied",
+                path.display()
+            ));
+        }
+        Ok(format)
+    }
 }
 
-pub const KNOWN_KEYS: &str = "mode, interval, alloc_interval, live, lock_threshold, file, format, value, threads, depth, engine, duration, status, flush, server, token, refresh, stop, dump, heap, include, exclude, bba, max_nodes";
+/// This process as a session owner (`owner=PID:START`), for `jvmprof record --pid`.
+pub fn this_process_as_owner() -> Option<(u32, u64)> {
+    let pid = std::process::id();
+    Some((pid, process_start_ticks(pid)?))
+}
+
+/// Whether a session's owner (pid, start time) is no longer running.
+pub fn owner_gone(owner: (u32, u64)) -> bool {
+    let (pid, start) = owner;
+    match process_start_ticks(pid) {
+        Some(ticks) => start != 0 && ticks != start,
+        None => true,
+    }
+}
+
+/// When process `pid` started, in clock ticks after boot (field 22 of /proc/PID/stat), or None
+/// when there is no such process or it is a zombie (exited, not yet reaped). With the pid it
+/// names one process for good: a pid reused later has another start time.
+pub fn process_start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses and may contain anything.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (the state); field 22 is index 19.
+    if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+pub const KNOWN_KEYS: &str = "mode, interval, alloc_interval, live, lock_threshold, file, format, value, threads, depth, engine, cpu_engine, duration, status, flush, server, token, refresh, owner, owner_file, log, stop, reply, query, dump, heap, include, exclude, bba, max_nodes";
 
 pub fn parse(text: &str) -> Result<Command, String> {
+    let items: Vec<(&str, Option<&str>)> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|item| match item.split_once('=') {
+            Some((k, v)) => (k.trim(), Some(v.trim())),
+            None => (item, None),
+        })
+        .collect();
+    let value_of = |key: &str| items.iter().find(|(k, _)| *k == key).and_then(|(_, v)| *v);
+    if items.iter().any(|(k, _)| *k == "stop") {
+        return Ok(Command::Stop(value_of("reply").map(PathBuf::from)));
+    }
+    if items.iter().any(|(k, _)| *k == "query") {
+        let path = value_of("query").ok_or("option 'query' needs a value (query=FILE)")?;
+        return Ok(Command::Status(PathBuf::from(path)));
+    }
     let mut modes: Option<&str> = None;
     let mut alloc_interval: u64 = 512 * 1024;
     let mut live = false;
@@ -156,21 +333,20 @@ pub fn parse(text: &str) -> Result<Command, String> {
         threads: false,
         depth: 512,
         engine: Engine::Auto,
+        cpu_clock: CpuClock::Auto,
         duration: None,
         status: None,
         server: None,
         token: None,
         refresh: Duration::from_secs(1),
         flush: None,
+        owner: None,
+        owner_file: None,
+        log: None,
     };
-    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (key, value) = match item.split_once('=') {
-            Some((k, v)) => (k.trim(), Some(v.trim())),
-            None => (item, None),
-        };
+    for &(key, value) in &items {
         let need = || value.ok_or_else(|| format!("option '{key}' needs a value ({key}=...)"));
         match key {
-            "stop" => return Ok(Command::Stop),
             "dump" => return Ok(Command::Dump(PathBuf::from(need()?))),
             "heap" => return Ok(Command::Heap(PathBuf::from(need()?))),
             "mode" => modes = Some(need()?),
@@ -247,7 +423,32 @@ pub fn parse(text: &str) -> Result<Command, String> {
                     e => return Err(format!("unknown engine '{e}' (auto, asgct, safepoint)")),
                 }
             }
-            "duration" => o.duration = Some(parse_duration(need()?)?),
+            "cpu_engine" => {
+                o.cpu_clock = match need()? {
+                    "auto" => CpuClock::Auto,
+                    "perf" => CpuClock::Perf,
+                    "timer" => CpuClock::Timer,
+                    e => return Err(format!("unknown cpu_engine '{e}' (auto, perf, timer)")),
+                }
+            }
+            "duration" => {
+                let d = parse_duration(need()?)?;
+                if d.is_zero() {
+                    return Err("duration must be more than 0".into());
+                }
+                o.duration = Some(d);
+            }
+            "owner" => {
+                let v = need()?;
+                let (pid, start) = v.split_once(':').unwrap_or((v, "0"));
+                match (pid.parse(), start.parse()) {
+                    (Ok(pid), Ok(start)) => o.owner = Some((pid, start)),
+                    _ => return Err(format!("owner '{v}' is not PID:START_TICKS")),
+                }
+            }
+            "owner_file" => o.owner_file = Some(PathBuf::from(need()?)),
+            "log" => o.log = Some(PathBuf::from(need()?)),
+            "reply" => {}
             "status" => o.status = Some(PathBuf::from(need()?)),
             "flush" => {
                 let every = parse_duration(need()?)?;
@@ -413,7 +614,20 @@ mod tests {
         assert_eq!(o.duration, Some(Duration::from_secs(30)));
         assert_eq!(o.value.as_deref(), Some("ns"));
         assert_eq!(start("").interval, Duration::from_millis(10));
-        assert_eq!(parse("stop").unwrap(), Command::Stop);
+        assert_eq!(parse("stop").unwrap(), Command::Stop(None));
+        assert_eq!(
+            parse("stop,reply=/tmp/r").unwrap(),
+            Command::Stop(Some(PathBuf::from("/tmp/r")))
+        );
+        assert_eq!(
+            parse("query=/tmp/q").unwrap(),
+            Command::Status(PathBuf::from("/tmp/q"))
+        );
+        let owned = start("owner=123:456,owner_file=/tmp/p.html,log=/tmp/log");
+        assert_eq!(owned.owner, Some((123, 456)));
+        assert_eq!(owned.owner_file, Some(PathBuf::from("/tmp/p.html")));
+        assert!(parse("owner=abc").is_err());
+        assert!(parse("duration=0s").unwrap_err().contains("more than 0"));
         let s = start("server=127.0.0.1:7878,refresh=500ms,token=abc");
         assert_eq!(s.server.as_deref(), Some("127.0.0.1:7878"));
         assert_eq!(s.refresh, Duration::from_millis(500));
@@ -455,6 +669,34 @@ mod tests {
                 .unwrap_err()
                 .contains("true or false")
         );
+    }
+
+    #[test]
+    fn owners() {
+        let me = this_process_as_owner().unwrap();
+        assert_eq!(me.0, std::process::id());
+        assert!(!owner_gone(me));
+        assert!(owner_gone((me.0, me.1 + 1)), "same pid, other start: another process");
+        assert!(owner_gone((u32::MAX / 2, 1)), "no such process");
+    }
+
+    #[test]
+    fn outputs_are_checked_against_the_modes() {
+        let dir = std::env::temp_dir();
+        let cpu = start("mode=cpu");
+        let html = dir.join("x.html");
+        assert_eq!(cpu.check_output(&html, None, None).unwrap(), Format::Html);
+        let e = cpu.check_output(&html, None, Some("bytes")).unwrap_err();
+        assert!(e.contains("no such metric"), "{e}");
+        assert!(cpu.check_output(&html, None, Some("fuel")).unwrap_err().contains("unknown value"));
+        let alloc = start("mode=cpu+alloc");
+        assert!(alloc.check_output(&html, None, Some("bytes")).is_ok());
+        let lock = start("mode=lock");
+        assert!(lock.check_output(&html, None, Some("ns")).is_ok(), "ns means lock_ns there");
+        assert!(cpu.check_output(&dir.join("x.bogus"), None, None).is_err());
+        let missing = Path::new("/no/such/dir/x.html");
+        assert!(cpu.check_output(missing, None, None).unwrap_err().contains("does not exist"));
+        assert!(cpu.check_output(&dir, None, None).is_err(), "a directory");
     }
 
     #[test]
