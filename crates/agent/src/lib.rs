@@ -50,9 +50,10 @@ fn attach_result(ok: bool) -> jni::jint {
     }
 }
 
-/// Reports a failed start: on stderr, and in the status file the CLI watches.
+/// Reports a failed start: on stderr, and in the status file the CLI watches (not through
+/// `say`, whose log file belongs to the session that may be running).
 fn report_start_failure(options_status: Option<&std::path::Path>, e: &str) {
-    say(&format!("{e}; profiling is off, the application continues"));
+    eprintln!("jvmprof: {e}; profiling is off, the application continues");
     if let Some(path) = options_status {
         let _ = std::fs::write(path, format!("error: {e}\n"));
     }

@@ -173,7 +173,12 @@ pub fn start(state: &'static AgentState, options: Options) -> Result<(), String>
 fn already_running(running: &serde_json::Value, wanted: &Options) -> String {
     let modes = |v: &serde_json::Value| {
         v.as_array()
-            .map(|a| a.iter().filter_map(|m| m.as_str()).collect::<Vec<_>>().join(","))
+            .map(|a| {
+                a.iter()
+                    .filter_map(|m| m.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
             .unwrap_or_default()
     };
     let pid = std::process::id();

@@ -69,7 +69,11 @@ pub fn say(msg: &str) {
     let log = get().and_then(|s| lock(&s.log).clone());
     if let Some(path) = log {
         use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
             let _ = writeln!(f, "jvmprof: {msg}");
         }
     }

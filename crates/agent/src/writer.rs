@@ -321,9 +321,16 @@ impl Writer {
         let o = &self.shared.options;
         if orphaned && let Some(wanted) = &o.owner_file {
             let owner = o.owner.map_or(0, |(pid, _)| pid);
-            let outcome = write_profile(&profile, wanted, &Options { format: None, ..o.clone() });
+            let outcome = write_profile(
+                &profile,
+                wanted,
+                &Options {
+                    format: None,
+                    ..o.clone()
+                },
+            );
             if let Some(native) = &o.file {
-                remove_private_files(native, o.status.as_deref());
+                remove_private_files(native, &[o.status.as_deref(), o.log.as_deref()]);
             }
             return match outcome {
                 Ok(()) => {
@@ -336,7 +343,9 @@ impl Writer {
                     say(&text);
                     Ok(text)
                 }
-                Err(e) => Err(format!("the jvmprof that started this session is gone; {e}")),
+                Err(e) => Err(format!(
+                    "the jvmprof that started this session is gone; {e}"
+                )),
             };
         }
         match &o.file {
@@ -353,12 +362,12 @@ impl Writer {
     }
 }
 
-/// Removes the native file and status file the owner would have read, and their directory when
+/// Removes the native, status and log files the owner would have read, and their directory when
 /// it is a jvmprof temporary directory left empty.
-fn remove_private_files(native: &Path, status: Option<&Path>) {
+fn remove_private_files(native: &Path, others: &[Option<&Path>]) {
     let _ = std::fs::remove_file(native);
-    if let Some(s) = status {
-        let _ = std::fs::remove_file(s);
+    for f in others.iter().flatten() {
+        let _ = std::fs::remove_file(f);
     }
     if let Some(dir) = native.parent()
         && dir

@@ -11,6 +11,7 @@ mod instrument;
 mod record;
 mod report;
 mod serve;
+mod session;
 
 use clap::{Parser, Subcommand};
 
@@ -45,6 +46,10 @@ enum Command {
     Instrument(instrument::Args),
     /// Collector for streaming agents, with an HTTP API and web UI.
     Serve(serve::Args),
+    /// End the profiling session running in a JVM; its profile is written where it was asked.
+    Stop(session::StopArgs),
+    /// What profiling session runs in a JVM: modes, since when, samples, where it writes.
+    Status(session::StatusArgs),
 }
 
 fn main() {
@@ -58,6 +63,8 @@ fn main() {
         Command::Dump(a) => dump::run(a),
         Command::Instrument(a) => instrument::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::Stop(a) => session::stop(a),
+        Command::Status(a) => session::status(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

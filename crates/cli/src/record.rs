@@ -139,7 +139,11 @@ pub fn run(args: Args) -> Result<i32> {
         if let Some((pid, start)) = jvmprof_options::this_process_as_owner() {
             options.push_str(&format!(",owner={pid}:{start}"));
         }
-        options.push_str(&format!(",owner_file={},log={}", output.display(), log.display()));
+        options.push_str(&format!(
+            ",owner_file={},log={}",
+            output.display(),
+            log.display()
+        ));
     }
     // Every option is checked here, by the parser the agent uses, before any JVM is touched.
     let parsed = match jvmprof_options::parse(&options) {
@@ -268,6 +272,9 @@ fn attach_and_record(pid: u32, agent: &Path, options: &str, w: &Waiting<'_>) -> 
     let loaded = attach::load_agent(pid, agent, options);
     log.print();
     loaded.with_context(|| format!("cannot start the agent in process {pid}"))?;
+    if let Some(e) = agent_error(status) {
+        bail!("the agent in process {pid} could not start profiling: {e}");
+    }
     eprintln!("jvmprof: profiling process {pid}; Ctrl-C to stop");
     let progress = Progress::new(status);
     let mut stop_sent = false;
@@ -275,10 +282,7 @@ fn attach_and_record(pid: u32, agent: &Path, options: &str, w: &Waiting<'_>) -> 
     // With --duration the agent writes when it ends: allow a minute more, then give up.
     let overall = duration.map(|d| Instant::now() + d + Duration::from_secs(60));
     while !native.exists() {
-        if let Some(e) = std::fs::read_to_string(status)
-            .ok()
-            .and_then(|t| t.strip_prefix("error: ").map(|e| e.trim().to_string()))
-        {
+        if let Some(e) = agent_error(status) {
             progress.clear();
             bail!("the agent in process {pid} could not start profiling: {e}");
         }
@@ -309,6 +313,13 @@ fn attach_and_record(pid: u32, agent: &Path, options: &str, w: &Waiting<'_>) -> 
     progress.clear();
     log.print();
     Ok(())
+}
+
+/// The error the agent wrote into the status file, if it could not start.
+fn agent_error(status: &Path) -> Option<String> {
+    std::fs::read_to_string(status)
+        .ok()
+        .and_then(|t| t.strip_prefix("error: ").map(|e| e.trim().to_string()))
 }
 
 /// Prints what the agent appends to its log file, once each line.

@@ -65,7 +65,10 @@ fn run(home: Option<&Path>, interval: &str, engine: &str, args: &[&str], groups:
     let p = jvmprof_profile::read_any(&file).unwrap();
     let got = sampled(&p, groups);
     let real_total: f64 = groups.iter().map(|g| real[*g]).sum();
-    let got_total: f64 = groups.iter().map(|g| got.get(*g).copied().unwrap_or(0.0)).sum();
+    let got_total: f64 = groups
+        .iter()
+        .map(|g| got.get(*g).copied().unwrap_or(0.0))
+        .sum();
     let shares = groups
         .iter()
         .map(|g| {
@@ -152,7 +155,13 @@ fn short_lived_threads_match_the_jvms_accounting() {
 fn timer_engine_weights_late_expirations() {
     let _g = serial();
     for home in jdk_homes() {
-        let r = run(home.as_deref(), "10ms", "timer", &["bursty", "3"], &["steady", "bursty"]);
+        let r = run(
+            home.as_deref(),
+            "10ms",
+            "timer",
+            &["bursty", "3"],
+            &["steady", "bursty"],
+        );
         assert_eq!(r.engine, "timer");
         for (g, got, real) in &r.shares {
             assert!(

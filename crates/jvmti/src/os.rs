@@ -136,7 +136,9 @@ const SI_TIMER: i32 = -2;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SignalSource {
     /// A POSIX timer; `overrun` expirations were missed before this one was delivered.
-    Timer { overrun: u32 },
+    Timer {
+        overrun: u32,
+    },
     /// Signal-driven I/O on a file descriptor (a perf event's overflow).
     Fd(i32),
     Other,
@@ -144,11 +146,15 @@ pub enum SignalSource {
 
 /// Reads a sampling signal's source from the siginfo the kernel passed to an `SA_SIGINFO`
 /// handler. Async-signal-safe (plain reads).
-pub fn signal_source(info: *const SigInfo) -> SignalSource {
+///
+/// # Safety
+/// `info` is null or the siginfo the kernel passed to the running handler.
+pub unsafe fn signal_source(info: *const SigInfo) -> SignalSource {
     if info.is_null() {
         return SignalSource::Other;
     }
-    // SAFETY: `info` is the kernel's siginfo for the signal being handled (non-null checked).
+    // SAFETY: `info` is the kernel's siginfo for the signal being handled (the caller's
+    // contract; non-null checked).
     // On Linux x86-64 and aarch64 the union after si_signo/si_errno/si_code starts at byte 16;
     // a timer's si_overrun is the int at byte 20 (after si_tid), an I/O signal's si_fd the int
     // at byte 24 (after the long si_band). The struct is 128 bytes, so both reads are in bounds.

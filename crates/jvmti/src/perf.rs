@@ -169,7 +169,8 @@ fn open_task_clock(tid: u32, period_ns: u64, scope: Scope) -> io::Result<libc::c
 impl Drop for PerfEvent {
     fn drop(&mut self) {
         if (self.fd as usize) < MAX_FD {
-            FIRST_PENDING[self.fd as usize / 64].fetch_and(!(1 << (self.fd % 64)), Ordering::AcqRel);
+            FIRST_PENDING[self.fd as usize / 64]
+                .fetch_and(!(1 << (self.fd % 64)), Ordering::AcqRel);
         }
         // SAFETY: `fd` was returned by perf_event_open and is closed exactly once, here.
         unsafe {

@@ -218,9 +218,8 @@ impl Options {
             })?;
             let metrics = self.metrics();
             // `ns` and `count` also address a lock-only profile's contention metrics.
-            let lock_alias = self.sampling.is_none()
-                && self.lock.is_some()
-                && matches!(v, "ns" | "count");
+            let lock_alias =
+                self.sampling.is_none() && self.lock.is_some() && matches!(v, "ns" | "count");
             if !metrics.contains(&metric) && !lock_alias {
                 let names: Vec<&str> = metrics.iter().map(|m| m.as_str()).collect();
                 return Err(format!(
@@ -242,7 +241,10 @@ impl Options {
             ));
         }
         if path.is_dir() {
-            return Err(format!("cannot write {}: it is a directory", path.display()));
+            return Err(format!(
+                "cannot write {}: it is a directory",
+                path.display()
+            ));
         }
         let writable = if path.exists() {
             std::fs::OpenOptions::new().append(true).open(path).is_ok()
@@ -676,7 +678,10 @@ mod tests {
         let me = this_process_as_owner().unwrap();
         assert_eq!(me.0, std::process::id());
         assert!(!owner_gone(me));
-        assert!(owner_gone((me.0, me.1 + 1)), "same pid, other start: another process");
+        assert!(
+            owner_gone((me.0, me.1 + 1)),
+            "same pid, other start: another process"
+        );
         assert!(owner_gone((u32::MAX / 2, 1)), "no such process");
     }
 
@@ -688,14 +693,25 @@ mod tests {
         assert_eq!(cpu.check_output(&html, None, None).unwrap(), Format::Html);
         let e = cpu.check_output(&html, None, Some("bytes")).unwrap_err();
         assert!(e.contains("no such metric"), "{e}");
-        assert!(cpu.check_output(&html, None, Some("fuel")).unwrap_err().contains("unknown value"));
+        assert!(
+            cpu.check_output(&html, None, Some("fuel"))
+                .unwrap_err()
+                .contains("unknown value")
+        );
         let alloc = start("mode=cpu+alloc");
         assert!(alloc.check_output(&html, None, Some("bytes")).is_ok());
         let lock = start("mode=lock");
-        assert!(lock.check_output(&html, None, Some("ns")).is_ok(), "ns means lock_ns there");
+        assert!(
+            lock.check_output(&html, None, Some("ns")).is_ok(),
+            "ns means lock_ns there"
+        );
         assert!(cpu.check_output(&dir.join("x.bogus"), None, None).is_err());
         let missing = Path::new("/no/such/dir/x.html");
-        assert!(cpu.check_output(missing, None, None).unwrap_err().contains("does not exist"));
+        assert!(
+            cpu.check_output(missing, None, None)
+                .unwrap_err()
+                .contains("does not exist")
+        );
         assert!(cpu.check_output(&dir, None, None).is_err(), "a directory");
     }
 

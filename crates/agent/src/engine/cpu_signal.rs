@@ -98,11 +98,9 @@ impl CpuSignal {
             (CpuClock::Timer, _) | (CpuClock::Auto, None) => Source::Timer,
             (CpuClock::Auto | CpuClock::Perf, Some(scope)) => Source::Perf(scope),
             (CpuClock::Perf, None) => {
-                return Err(
-                    "cpu_engine=perf: perf_event_open is not allowed here (see \
+                return Err("cpu_engine=perf: perf_event_open is not allowed here (see \
                      /proc/sys/kernel/perf_event_paranoid); use cpu_engine=timer or auto"
-                        .into(),
-                );
+                    .into());
             }
         };
         let depth = options.depth;

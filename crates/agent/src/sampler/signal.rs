@@ -19,9 +19,9 @@ use super::threads::ThreadTable;
 use jvmprof_jvmti::Vm;
 use jvmprof_jvmti::asgct::{AsgctFn, CallTrace};
 use jvmprof_jvmti::os;
-use std::ffi::c_void;
 use jvmprof_jvmti::os::SignalSource;
 use jvmprof_jvmti::perf;
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 /// Everything the handler needs. Leaked (`&'static`) once made: a handler may still be running on
@@ -67,7 +67,8 @@ extern "C" fn on_signal(_signo: i32, info: *mut os::SigInfo, ucontext: *mut c_vo
         // SAFETY: SAMPLER only ever holds pointers to leaked, never-freed SignalSamplers.
         let sampler = unsafe { &*ptr };
         if sampler.active.load(Ordering::Acquire) {
-            let source = os::signal_source(info);
+            // SAFETY: `info` is the siginfo the kernel passed to this SA_SIGINFO handler.
+            let source = unsafe { os::signal_source(info) };
             let weight = match source {
                 SignalSource::Timer { overrun } => overrun.saturating_add(1),
                 SignalSource::Fd(_) | SignalSource::Other => 1,
