@@ -115,8 +115,8 @@ fn attach_command(context: &AgentLoadContext<'_>, path: &std::path::Path, heap: 
 #[derive(Default)]
 struct JvmprofAgent;
 
-impl Agent for JvmprofAgent {
-    fn on_load(&self, context: AgentLoadContext<'_>) -> jni::jint {
+impl JvmprofAgent {
+    fn load(&self, context: AgentLoadContext<'_>) -> jni::jint {
         let text = context.options_lossy().unwrap_or_default();
         let options = match options::parse(&text) {
             Ok(Command::Start(o)) => *o,
@@ -150,7 +150,7 @@ impl Agent for JvmprofAgent {
         jni::JNI_OK
     }
 
-    fn on_attach(&self, context: AgentLoadContext<'_>) -> jni::jint {
+    fn attach(&self, context: AgentLoadContext<'_>) -> jni::jint {
         let text = context.options_lossy().unwrap_or_default();
         let options = match options::parse(&text) {
             Ok(Command::Stop(reply)) => {
@@ -199,7 +199,27 @@ impl Agent for JvmprofAgent {
             }
         }
     }
+}
 
+/// Runs an entry point's body; a panic in it is reported once and becomes `fallback`.
+fn contained(what: &str, fallback: jni::jint, body: impl FnOnce() -> jni::jint) -> jni::jint {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or_else(|_| {
+        eprintln!("jvmprof: internal error in {what}; contained, the application continues");
+        fallback
+    })
+}
+
+impl Agent for JvmprofAgent {
+    fn on_load(&self, context: AgentLoadContext<'_>) -> jni::jint {
+        // JNI_ERR from Agent_OnLoad aborts the JVM: a panic here must leave the agent inert and
+        // the application running, like a bad option does.
+        contained("Agent_OnLoad", jni::JNI_OK, || self.load(context))
+    }
+
+    fn on_attach(&self, context: AgentLoadContext<'_>) -> jni::jint {
+        // After callbacks are registered an error return would unload the library under them.
+        contained("Agent_OnAttach", attach_result(false), || self.attach(context))
+    }
     fn vm_init(&self, context: CallbackContext<'_>, event: ThreadEvent) {
         register_current_thread(&context, event.thread());
         let Some(g) = state::get() else { return };

@@ -23,6 +23,9 @@ pub struct Sink {
     depth: usize,
     /// Samples added so far (the `samples` metric where the session has it, else one per add).
     samples: u64,
+    /// With a collector link: what each sample gained since the link last took it (sample index
+    /// → values), so the link sends only what changed and never re-scans the profile.
+    unsent: Option<HashMap<u32, Vec<u64>>>,
 }
 
 impl Sink {
@@ -40,7 +43,23 @@ impl Sink {
             by_tid: HashMap::new(),
             depth,
             samples: 0,
+            unsent: None,
         }
+    }
+
+    /// Keeps what samples gain from now on for [`take_unsent`](Self::take_unsent).
+    pub fn track_unsent(&mut self) {
+        self.unsent.get_or_insert_with(HashMap::new);
+    }
+
+    /// What each sample gained since the last call, by sample index (ascending).
+    pub fn take_unsent(&mut self) -> Vec<(u32, Vec<u64>)> {
+        let Some(unsent) = self.unsent.as_mut() else {
+            return Vec::new();
+        };
+        let mut v: Vec<(u32, Vec<u64>)> = unsent.drain().collect();
+        v.sort_unstable_by_key(|(i, _)| *i);
+        v
     }
 
     /// A value vector with `pairs` set and every other metric of the session 0.
@@ -140,7 +159,15 @@ impl Sink {
             Some(i) => values.get(i).copied().unwrap_or(0),
             None => 1,
         };
-        self.builder.add(thread, stack, state, values);
+        let idx = self.builder.add(thread, stack, state, values) as u32;
+        if let Some(unsent) = self.unsent.as_mut() {
+            let acc = unsent
+                .entry(idx)
+                .or_insert_with(|| vec![0; values.len()]);
+            for (a, v) in acc.iter_mut().zip(values) {
+                *a = a.saturating_add(*v);
+            }
+        }
     }
 
     /// Samples added so far.

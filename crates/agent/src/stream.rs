@@ -4,8 +4,10 @@
 //! Contract with `session.rs` (which calls only what is below):
 //! - `Stream::start` never blocks and never fails the session: connecting, reconnecting with
 //!   backoff and the single stderr line about an unreachable collector happen on its own thread.
-//! - `samples(&Profile)` is called about once a second with the session's profile so far; frames,
-//!   stacks, threads and samples only grow (stable indices) and values only increase, so the stream
+//! - `samples(&Profile, gained)` is called about once a second with the session's profile so far
+//!   and what each changed sample gained since the last call (kept by the sink as it adds, so
+//!   nothing re-scans the profile); frames, stacks, threads and samples only grow (stable
+//!   indices) and values only increase, so the stream
 //!   sends what changed since its previous call.
 //! - `threads` is called every `refresh` with a snapshot of all threads (xdProf's data).
 //! - `finish` sends what is left, waiting a bounded time, and closes.
@@ -203,8 +205,6 @@ pub struct Stream {
     sent_stacks: u32,
     /// Profile threads already in the tables (their stream ids are the profile's).
     threads: usize,
-    /// Values already sent, per profile sample index.
-    sent_values: Vec<Vec<u64>>,
 }
 
 fn now_ms() -> u64 {
@@ -274,7 +274,6 @@ impl Stream {
             stack_ids: Vec::new(),
             sent_stacks: 0,
             threads: 0,
-            sent_values: Vec::new(),
         }
     }
 
@@ -294,8 +293,9 @@ impl Stream {
         id
     }
 
-    /// Queues what the profile gained since the previous call.
-    pub fn samples(&mut self, profile: &Profile) {
+    /// Queues what the profile gained since the previous call: its new frames and threads
+    /// (appended at the end), and `gained`, what each changed sample (by index) gained.
+    pub fn samples(&mut self, profile: &Profile, gained: Vec<(u32, Vec<u64>)>) {
         let mut new_frames = Vec::new();
         for f in &profile.frames[self.profile_frames.len()..] {
             let id = self.frame_id(f, &mut new_frames);
@@ -308,21 +308,13 @@ impl Stream {
         let new_threads = profile.threads[self.threads..].to_vec();
         self.threads = profile.threads.len();
         let mut deltas = Vec::new();
-        for (i, s) in profile.samples.iter().enumerate() {
-            if i == self.sent_values.len() {
-                self.sent_values.push(vec![0; s.values.len()]);
-            }
-            let sent = &mut self.sent_values[i];
-            if sent.as_slice() == s.values.as_slice() {
+        for (i, values) in gained {
+            let Some(s) = profile.samples.get(i as usize) else {
+                continue;
+            };
+            if values.iter().all(|v| *v == 0) {
                 continue;
             }
-            let values: Vec<u64> = s
-                .values
-                .iter()
-                .zip(sent.iter())
-                .map(|(now, before)| now.saturating_sub(*before))
-                .collect();
-            sent.clone_from(&s.values);
             let mut stack = self.stack_ids[s.stack as usize];
             if stack == Stacks::NONE {
                 stack = self.sent_stacks;
@@ -397,8 +389,8 @@ impl Stream {
     }
 
     /// Queues the last delta, then waits (at most [`FINISH_WAIT`]) for everything to be sent.
-    pub fn finish(mut self, profile: &Profile) {
-        self.samples(profile);
+    pub fn finish(mut self, profile: &Profile, gained: Vec<(u32, Vec<u64>)>) {
+        self.samples(profile, gained);
         let deadline = Instant::now() + FINISH_WAIT;
         let mut o = self.shared.lock();
         o.closing = true;
@@ -632,14 +624,20 @@ impl Connection {
                 // (bounded by the read timeout) so the JVM does not exit before.
                 let _ = sock.shutdown(std::net::Shutdown::Write);
                 let mut sink = [0u8; 256];
+                let deadline = std::time::Instant::now() + IO_TIMEOUT;
                 while let Ok(n) = sock.read(&mut sink) {
-                    if n == 0 {
+                    if n == 0 || std::time::Instant::now() > deadline {
                         break;
                     }
                     replies.extend_from_slice(&sink[..n]);
-                }
-                if let Some(seq) = parse_acks(&mut replies) {
-                    self.shared.lock().ack(seq);
+                    match parse_acks(&mut replies) {
+                        Ok(Some(seq)) => self.shared.lock().ack(seq),
+                        Ok(None) => {}
+                        Err(_) => break,
+                    }
+                    if replies.len() > MAX_PENDING_REPLIES {
+                        break;
+                    }
                 }
                 return Outcome::Finished;
             }
@@ -647,14 +645,31 @@ impl Connection {
     }
 }
 
-/// Reads what the collector sent without blocking: the newest Ack, or an error if it closed.
+/// Most bytes of replies kept unparsed: after the handshake a collector sends only
+/// acknowledgements (a few bytes each), so anything longer is a broken or hostile peer.
+const MAX_PENDING_REPLIES: usize = 64 << 10;
+
+/// Reads what the collector sent without blocking: the newest Ack, or an error if it closed or
+/// sent something that is not an acknowledgement. Memory stays bounded whatever it sends.
 fn poll_acks(sock: &mut TcpStream, replies: &mut Vec<u8>) -> Result<Option<u64>, String> {
     sock.set_nonblocking(true).map_err(|e| e.to_string())?;
     let mut buf = [0u8; 1024];
+    let mut newest = None;
     let result = loop {
         match sock.read(&mut buf) {
             Ok(0) => break Err("the collector closed the connection".to_string()),
-            Ok(n) => replies.extend_from_slice(&buf[..n]),
+            Ok(n) => {
+                replies.extend_from_slice(&buf[..n]);
+                match parse_acks(replies) {
+                    Ok(seq) => newest = newest.max(seq),
+                    Err(e) => break Err(e),
+                }
+                if replies.len() > MAX_PENDING_REPLIES {
+                    break Err(format!(
+                        "the collector sent more than {MAX_PENDING_REPLIES} bytes that are not acknowledgements"
+                    ));
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => break Err(e.to_string()),
@@ -662,21 +677,31 @@ fn poll_acks(sock: &mut TcpStream, replies: &mut Vec<u8>) -> Result<Option<u64>,
     };
     let _ = sock.set_nonblocking(false);
     result?;
-    Ok(parse_acks(replies))
+    Ok(newest)
 }
 
-/// Takes the complete replies off `replies`; the newest Ack's seq.
-fn parse_acks(replies: &mut Vec<u8>) -> Option<u64> {
+/// Takes the complete replies off `replies`; the newest Ack's seq. A frame longer than a reply
+/// can be is an error.
+fn parse_acks(replies: &mut Vec<u8>) -> Result<Option<u64>, String> {
     let mut newest = None;
     let mut used = 0;
-    while let Ok(Some((payload, n))) = jvmprof_proto::wire::take_frame(&replies[used..]) {
-        if let Ok(Reply::Ack { seq }) = jvmprof_proto::wire::decode_payload(payload) {
-            newest = newest.max(Some(seq));
+    loop {
+        match jvmprof_proto::wire::take_frame(&replies[used..]) {
+            Ok(Some((payload, n))) => {
+                if n > MAX_PENDING_REPLIES {
+                    return Err(format!("a reply of {n} bytes from the collector"));
+                }
+                if let Ok(Reply::Ack { seq }) = jvmprof_proto::wire::decode_payload(payload) {
+                    newest = newest.max(Some(seq));
+                }
+                used += n;
+            }
+            Ok(None) => break,
+            Err(e) => return Err(format!("bad reply from the collector: {e}")),
         }
-        used += n;
     }
     replies.drain(..used);
-    newest
+    Ok(newest)
 }
 
 fn read_reply(sock: &mut TcpStream) -> Result<Reply, String> {
@@ -769,8 +794,8 @@ mod tests {
             name: "main".into(),
         });
         let st = b.stack(&[main, work]);
-        b.add(t, st, ThreadState::Running, &[2, 20]);
-        s.samples(b.profile());
+        let first = b.add(t, st, ThreadState::Running, &[2, 20]) as u32;
+        s.samples(b.profile(), vec![(first, vec![2, 20])]);
         s.threads(
             5,
             vec![ThreadSnapshot {
@@ -785,11 +810,11 @@ mod tests {
         );
         b.add(t, st, ThreadState::Running, &[3, 30]);
         let st2 = b.stack(&[main]);
-        b.add(t, st2, ThreadState::Running, &[1, 10]);
-        s.samples(b.profile());
-        s.samples(b.profile()); // nothing new: no batch
+        let second = b.add(t, st2, ThreadState::Running, &[1, 10]) as u32;
+        s.samples(b.profile(), vec![(first, vec![3, 30]), (second, vec![1, 10])]);
+        s.samples(b.profile(), Vec::new()); // nothing new: no batch
         let profile = b.finish();
-        s.finish(&profile);
+        s.finish(&profile, Vec::new());
         let events = collector.join().unwrap();
         let batches: Vec<String> = events
             .iter()

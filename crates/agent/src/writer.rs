@@ -103,7 +103,8 @@ pub fn run(
                 w.flush_engines(&jni);
             }
             if let Some(stream) = &mut w.stream {
-                stream.samples(w.sink.profile());
+                let gained = w.sink.take_unsent();
+                stream.samples(w.sink.profile(), gained);
             }
         }
         if let (Some(every), Some(file)) = (shared.options.flush, &shared.options.file)
@@ -224,10 +225,14 @@ impl Writer {
                 handshake,
             )
         });
+        let mut sink = Sink::new(meta, env, &state.names, o.depth);
+        if stream.is_some() {
+            sink.track_unsent();
+        }
         Writer {
             env,
             shared: shared.clone(),
-            sink: Sink::new(meta, env, &state.names, o.depth),
+            sink,
             stream,
             thread_order: HashMap::new(),
         }
@@ -314,9 +319,10 @@ impl Writer {
         meta.dropped_samples = dropped;
         self.write_status(elapsed);
         let stream = self.stream.take();
+        let gained = self.sink.take_unsent();
         let profile = self.sink.finish();
         if let Some(stream) = stream {
-            stream.finish(&profile);
+            stream.finish(&profile, gained);
         }
         let o = &self.shared.options;
         if orphaned && let Some(wanted) = &o.owner_file {

@@ -522,3 +522,90 @@ fn check_web_ui(dir: &Path, addr: &str, id: u64) {
     run(&[&format!("--screenshot={}", shot.display())]);
     eprintln!("web UI screenshot: {}", shot.display());
 }
+
+/// A peer on the collector's port that welcomes the agent and then sends a reply frame claiming
+/// 4 GB and streams bytes without end (each connection, up to `limit` bytes in all).
+fn endless_collector(limit: u64) -> (String, Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = stop.clone();
+    std::thread::spawn(move || {
+        listener.set_nonblocking(true).unwrap();
+        let mut sent = 0u64;
+        while !done.load(Ordering::Relaxed) {
+            let Ok((mut s, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            let _ = s.set_nonblocking(false);
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut hello = [0u8; 4096];
+            let _ = s.read(&mut hello);
+            let mut out = Vec::new();
+            jvmprof_proto::wire::put_frame(
+                &jvmprof_proto::Reply::Welcome {
+                    vm_id: 1,
+                    last_seq: 0,
+                },
+                &mut out,
+            );
+            out.extend_from_slice(&0xFFFF_FFF0u32.to_le_bytes());
+            let chunk = vec![0u8; 1 << 20];
+            let _ = s.write_all(&out);
+            while !done.load(Ordering::Relaxed) && sent < limit {
+                if s.write_all(&chunk).is_err() {
+                    break;
+                }
+                sent += chunk.len() as u64;
+            }
+        }
+    });
+    (addr, stop)
+}
+
+/// A collector that answers with an endless reply: the agent drops the connection (saying so
+/// once) instead of buffering it, its JVM (-Xmx256m) stays small and runs to its end.
+#[test]
+fn an_endless_reply_from_the_collector_leaves_the_agent_bounded() {
+    let _g = serial();
+    let (addr, stop) = endless_collector(8 << 30);
+    let mut proc = Proc::spawn(
+        Command::new("java")
+            .arg("-Xmx256m")
+            .arg(format!(
+                "-agentpath:{}=server={addr},refresh=200ms",
+                agent().display()
+            ))
+            .arg("-cp")
+            .arg(classes())
+            .arg("Service")
+            .arg("8"),
+    );
+    let pid = proc.pid();
+    let mut peak_kb = 0u64;
+    while let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        if let Some(kb) = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        {
+            peak_kb = peak_kb.max(kb);
+        }
+        if proc.child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    proc.wait_success();
+    assert!(peak_kb < 600 * 1024, "the JVM reached {peak_kb} KiB of RSS");
+    let err = proc.stderr();
+    let complaints = err
+        .lines()
+        .filter(|l| l.contains("jvmprof:") && l.contains("collector"))
+        .count();
+    assert!(complaints >= 1, "the agent did not say why it dropped the connection:\n{err}");
+    assert!(complaints <= 2, "said more than once:\n{err}");
+}

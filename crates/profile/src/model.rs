@@ -562,7 +562,8 @@ impl ProfileBuilder {
 
     /// Adds `values` (one per metric) to the sample for (thread, stack, state), saturating at
     /// `u64::MAX` so that values read from a bad file cannot overflow.
-    pub fn add(&mut self, thread: u32, stack: u32, state: ThreadState, values: &[u64]) {
+    /// Adds `values` to the sample (thread, stack, state), made if new; returns its index.
+    pub fn add(&mut self, thread: u32, stack: u32, state: ThreadState, values: &[u64]) -> usize {
         let n = self.profile.meta.metrics.len();
         let idx = *self
             .sample_ids
@@ -579,6 +580,7 @@ impl ProfileBuilder {
         for (acc, v) in self.profile.samples[idx].values.iter_mut().zip(values) {
             *acc = acc.saturating_add(*v);
         }
+        idx
     }
 
     pub fn finish(self) -> Profile {
