@@ -72,7 +72,8 @@ fn register_current_thread(context: &CallbackContext<'_>, thread: jni::jthread) 
     let Some(jni) = Jni::from_context(context) else {
         return;
     };
-    s.threads.insert(tid, jni.as_ptr());
+    let stack = os::current_thread_stack().unwrap_or((0, 0));
+    s.threads.insert_with_stack(tid, jni.as_ptr(), stack);
     let env = Env::from_context(context);
     if let Some(name) = jni.with_local_frame(4, || env.thread_name(&jni, event_thread(thread))) {
         lock(&s.names).insert(tid, name);
@@ -218,7 +219,9 @@ impl Agent for JvmprofAgent {
 
     fn on_attach(&self, context: AgentLoadContext<'_>) -> jni::jint {
         // After callbacks are registered an error return would unload the library under them.
-        contained("Agent_OnAttach", attach_result(false), || self.attach(context))
+        contained("Agent_OnAttach", attach_result(false), || {
+            self.attach(context)
+        })
     }
     fn vm_init(&self, context: CallbackContext<'_>, event: ThreadEvent) {
         register_current_thread(&context, event.thread());

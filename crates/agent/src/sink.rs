@@ -161,9 +161,7 @@ impl Sink {
         };
         let idx = self.builder.add(thread, stack, state, values) as u32;
         if let Some(unsent) = self.unsent.as_mut() {
-            let acc = unsent
-                .entry(idx)
-                .or_insert_with(|| vec![0; values.len()]);
+            let acc = unsent.entry(idx).or_insert_with(|| vec![0; values.len()]);
             for (a, v) in acc.iter_mut().zip(values) {
                 *a = a.saturating_add(*v);
             }

@@ -811,7 +811,10 @@ mod tests {
         b.add(t, st, ThreadState::Running, &[3, 30]);
         let st2 = b.stack(&[main]);
         let second = b.add(t, st2, ThreadState::Running, &[1, 10]) as u32;
-        s.samples(b.profile(), vec![(first, vec![3, 30]), (second, vec![1, 10])]);
+        s.samples(
+            b.profile(),
+            vec![(first, vec![3, 30]), (second, vec![1, 10])],
+        );
         s.samples(b.profile(), Vec::new()); // nothing new: no batch
         let profile = b.finish();
         s.finish(&profile, Vec::new());
@@ -936,6 +939,6 @@ mod tests {
         );
         assert!(o.dropped.snapshots > 0);
         drop(o);
-        s.finish(&builder().finish());
+        s.finish(&builder().finish(), Vec::new());
     }
 }

@@ -606,6 +606,9 @@ fn an_endless_reply_from_the_collector_leaves_the_agent_bounded() {
         .lines()
         .filter(|l| l.contains("jvmprof:") && l.contains("collector"))
         .count();
-    assert!(complaints >= 1, "the agent did not say why it dropped the connection:\n{err}");
+    assert!(
+        complaints >= 1,
+        "the agent did not say why it dropped the connection:\n{err}"
+    );
     assert!(complaints <= 2, "said more than once:\n{err}");
 }

@@ -45,6 +45,8 @@ struct Run {
     /// Sampled CPU of the groups / their real CPU.
     coverage: f64,
     engine: String,
+    /// The agent's own comparison of sampled and process CPU time (`cpu_coverage`).
+    process_coverage: f64,
 }
 
 fn run(home: Option<&Path>, interval: &str, engine: &str, args: &[&str], groups: &[&str]) -> Run {
@@ -80,6 +82,7 @@ fn run(home: Option<&Path>, interval: &str, engine: &str, args: &[&str], groups:
         shares,
         coverage: got_total / real_total,
         engine: p.meta.extra.get("cpu_engine").cloned().unwrap_or_default(),
+        process_coverage: p.meta.extra["cpu_coverage"].parse().unwrap(),
     }
 }
 
@@ -101,6 +104,12 @@ fn check_shape(args_for: impl Fn(&str) -> Vec<String>, groups: &[&str]) {
                     r.shares
                 );
             }
+            // Every thread of the process (JIT, GC, the launcher's thread as DestroyJavaVM...).
+            assert!(
+                (r.process_coverage - 1.0).abs() <= 0.15,
+                "{args:?} at {interval} ({home:?}): the agent's cpu_coverage is {}",
+                r.process_coverage
+            );
             if interval == "1ms" {
                 assert!(
                     (r.coverage - 1.0).abs() <= 0.10,

@@ -14,6 +14,7 @@ pub mod management;
 pub mod natives;
 pub mod os;
 pub mod perf;
+pub mod vmstructs;
 
 pub use env::*;
 pub use heap::ClassCount;

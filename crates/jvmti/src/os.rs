@@ -195,6 +195,24 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The calling thread's stack: (lowest, highest address). Not async-signal-safe (it reads
+/// /proc/self/maps for the main thread); call it when a thread starts.
+pub fn current_thread_stack() -> Option<(usize, usize)> {
+    // SAFETY: pthread_getattr_np fills the attr we own for the calling thread; getstack reads
+    // it; destroy frees what getattr allocated.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        (ok && !addr.is_null() && size > 0).then(|| (addr as usize, addr as usize + size))
+    }
+}
+
 /// Whether an error says the thread is gone (it ended before its timer or event was made).
 pub fn is_gone(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ESRCH)

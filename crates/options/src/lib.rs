@@ -115,6 +115,9 @@ pub struct Options {
     pub engine: Engine,
     /// What drives CPU samples (cpu mode with AsyncGetCallTrace).
     pub cpu_clock: CpuClock,
+    /// Retry walks AsyncGetCallTrace gives up on (from the frame anchor, or the caller of an
+    /// incomplete frame); `recover_walks=false` keeps its failures as they are.
+    pub recover_walks: bool,
     /// Stop and write the profile after this long (used with attach).
     pub duration: Option<Duration>,
     /// A file the agent rewrites about once a second with `elapsed_ms samples`, for progress.
@@ -294,7 +297,7 @@ pub fn process_start_ticks(pid: u32) -> Option<u64> {
     fields.get(19)?.parse().ok()
 }
 
-pub const KNOWN_KEYS: &str = "mode, interval, alloc_interval, live, lock_threshold, file, format, value, threads, depth, engine, cpu_engine, duration, status, flush, server, token, refresh, owner, owner_file, log, stop, reply, query, dump, heap, include, exclude, bba, max_nodes";
+pub const KNOWN_KEYS: &str = "mode, interval, alloc_interval, live, lock_threshold, file, format, value, threads, depth, engine, cpu_engine, recover_walks, duration, status, flush, server, token, refresh, owner, owner_file, log, stop, reply, query, dump, heap, include, exclude, bba, max_nodes";
 
 pub fn parse(text: &str) -> Result<Command, String> {
     let items: Vec<(&str, Option<&str>)> = text
@@ -336,6 +339,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
         depth: 512,
         engine: Engine::Auto,
         cpu_clock: CpuClock::Auto,
+        recover_walks: true,
         duration: None,
         status: None,
         server: None,
@@ -410,6 +414,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "format" => o.format = Some(need()?.to_string()),
             "value" => o.value = Some(need()?.to_string()),
             "threads" => o.threads = parse_bool(key, value)?,
+            "recover_walks" => o.recover_walks = parse_bool(key, value)?,
             "depth" => {
                 o.depth = need()?
                     .parse()

@@ -344,6 +344,18 @@ fn header(profile: &Profile, out: &mut String) {
         },
     );
     line("dropped samples", m.dropped_samples.to_string());
+    // The CPU engine's own account of itself, when the profile has it.
+    let extra = |k: &str| m.extra.get(k).map(String::as_str);
+    if let Some(engine) = extra("cpu_engine") {
+        let mut text = engine.to_string();
+        if let Some(c) = extra("cpu_coverage") {
+            text.push_str(&format!(", samples cover {c} of the process's CPU time"));
+        }
+        if let Some(r) = extra("walks_recovered").filter(|r| *r != "0") {
+            text.push_str(&format!(", {r} walks recovered"));
+        }
+        line("cpu clock", text);
+    }
 }
 
 /// The text report of `profile`.

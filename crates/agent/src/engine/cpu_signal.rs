@@ -32,6 +32,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// every 10 ms, finds about 20 samples; 1024 leaves room for bursts and many cores.
 const RING_CAPACITY: usize = 1024;
 
+/// The most CPU a thread is taken to have used starting up before its ThreadStart event.
+const MAX_START_UP_CPU_NS: u64 = 10_000_000;
+
 /// The one signal sampler of the process. A handler may still be running on some thread after a
 /// session stops, so the sampler is never freed: it is made once (leaked) and reused by every
 /// later session, so repeated attach sessions do not grow the target's memory. Its depth is
@@ -58,6 +61,8 @@ pub struct CpuSignal {
     interval_ns: u64,
     depth: usize,
     clocks: Mutex<HashMap<u32, Clock>>,
+    /// Whether failed walks are retried.
+    recover: bool,
     /// Threads whose clock could not be made (their CPU goes unsampled).
     arm_failures: AtomicU64,
     /// Process CPU time and the writer's own at start, for the coverage line.
@@ -77,6 +82,8 @@ struct Stats {
     periods: u64,
     /// Samples that stood for more than one period (late timer expirations).
     weighted: u64,
+    /// Samples whose first walk failed and whose retry got the stack.
+    recovered: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -112,6 +119,8 @@ impl CpuSignal {
                 vm: ctx.vm,
                 active: AtomicBool::new(false),
                 period_ns: AtomicU64::new(0),
+                anchors: std::sync::OnceLock::new(),
+                recover: AtomicBool::new(true),
             }))
         });
         Ok(Some(CpuSignal {
@@ -120,6 +129,7 @@ impl CpuSignal {
             interval_ns: options.interval.as_nanos() as u64,
             depth: depth.min(sampler.ring.depth()),
             clocks: Mutex::new(HashMap::new()),
+            recover: options.recover_walks,
             arm_failures: AtomicU64::new(0),
             cpu_at_start: AtomicU64::new(0),
             own_tids,
@@ -148,6 +158,10 @@ impl CpuSignal {
         // The first expiry, measured as late as possible (just before the clock starts).
         let first = || {
             let used = if born { os::thread_cpu_ns() } else { 0 };
+            // More CPU than a thread's start-up takes: an OS thread that lived before it became
+            // this Java thread (the launcher's thread re-attached as DestroyJavaVM, a native
+            // thread attached through JNI), already sampled while it ran.
+            let used = if used > MAX_START_UP_CPU_NS { 0 } else { used };
             if phase > used {
                 phase - used
             } else {
@@ -184,6 +198,7 @@ impl CpuSignal {
                     num_frames: THREAD_START,
                     time_ns: os::monotonic_ns(),
                     weight: periods.min(u32::MAX as u64) as u32,
+                    recovered: false,
                 },
             );
         }
@@ -205,12 +220,18 @@ impl Engine for CpuSignal {
         "asgct"
     }
 
-    fn start(&self, _jni: &Jni) -> Result<(), String> {
+    fn start(&self, jni: &Jni) -> Result<(), String> {
+        if self.sampler.anchors.get().is_none()
+            && let Some(a) = jvmprof_jvmti::vmstructs::Anchors::find(jni)
+        {
+            let _ = self.sampler.anchors.set(a);
+        }
         // Samples a previous session left in the ring are not this session's.
         self.sampler.ring.drain(|_, _| {});
         self.sampler
             .period_ns
             .store(self.interval_ns, Ordering::Relaxed);
+        self.sampler.recover.store(self.recover, Ordering::Relaxed);
         self.cpu_at_start
             .store(os::process_cpu_ns(), Ordering::Relaxed);
         signal::activate(self.sampler)
@@ -231,6 +252,9 @@ impl Engine for CpuSignal {
             stats.periods += weight;
             if weight > 1 {
                 stats.weighted += 1;
+            }
+            if header.recovered {
+                stats.recovered += 1;
             }
             let values = sink.values(&[
                 (Metric::Samples, weight),
@@ -309,6 +333,16 @@ impl Engine for CpuSignal {
             ("cpu_process_ns", process_ns.to_string()),
             ("cpu_coverage", coverage),
             ("cpu_weighted_samples", stats.weighted.to_string()),
+            ("walks_recovered", stats.recovered.to_string()),
+            (
+                "walk_recovery",
+                match (self.recover, self.sampler.anchors.get().is_some()) {
+                    (false, _) => "off",
+                    (true, true) => "anchor+caller",
+                    (true, false) => "caller",
+                }
+                .into(),
+            ),
             ("lost_ring_full", lost_ring.to_string()),
             (
                 "lost_unarmed_threads",

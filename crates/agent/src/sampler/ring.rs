@@ -25,6 +25,8 @@ pub struct Header {
     /// How many sampling periods this sample stands for: 1, or 1 + the expirations a POSIX
     /// timer missed before this signal was delivered (`si_overrun`).
     pub weight: u32,
+    /// The first walk failed and a retry ([`jvmprof_jvmti::vmstructs`]) got the stack.
+    pub recovered: bool,
 }
 
 /// `num_frames` when the interrupted thread has no JNIEnv (a JVM-internal thread).
@@ -195,6 +197,7 @@ mod tests {
                 num_frames: n,
                 time_ns: 0,
                 weight: 1,
+                recovered: false,
             },
         );
         true

@@ -7,6 +7,10 @@
 //! a perf event), restores errno, and cannot panic (no unwrap, no unchecked index on data it did
 //! not make).
 //!
+//! A walk AsyncGetCallTrace gives up on is retried once the way HotSpot itself would see the
+//! frame ([`vmstructs`]): from the last Java frame anchor made walkable, or from the caller of an
+//! incomplete frame; such samples are marked `recovered`.
+//!
 //! Each sample carries a weight: a POSIX CPU timer is checked only at the scheduler tick, so
 //! expirations it noticed late arrive as one signal with the missed ones in `si_overrun`, and
 //! the sample stands for `1 + si_overrun` periods. A perf event fires on time (weight 1) and is
@@ -21,7 +25,9 @@ use jvmprof_jvmti::asgct::{AsgctFn, CallTrace};
 use jvmprof_jvmti::os;
 use jvmprof_jvmti::os::SignalSource;
 use jvmprof_jvmti::perf;
+use jvmprof_jvmti::vmstructs::{self, Anchors};
 use std::ffi::c_void;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 /// Everything the handler needs. Leaked (`&'static`) once made: a handler may still be running on
@@ -34,6 +40,10 @@ pub struct SignalSampler {
     pub active: AtomicBool,
     /// The running session's sampling period, for re-arming perf events.
     pub period_ns: AtomicU64,
+    /// HotSpot's offsets for retrying failed walks, once found (on the writer thread).
+    pub anchors: OnceLock<Anchors>,
+    /// Whether failed walks are retried (the session's `recover_walks`).
+    pub recover: AtomicBool,
 }
 
 static SAMPLER: AtomicPtr<SignalSampler> = AtomicPtr::new(std::ptr::null_mut());
@@ -92,19 +102,65 @@ fn record(sampler: &SignalSampler, ucontext: *mut c_void, weight: u32) {
     let Some(slot) = sampler.ring.reserve() else {
         return; // full: counted by the ring
     };
+    let mut recovered = false;
     let num_frames = if env.is_null() {
         NO_JNI_ENV
     } else {
-        let mut trace = CallTrace {
-            env,
-            num_frames: 0,
-            frames: sampler.ring.frames_ptr(&slot),
+        let frames = sampler.ring.frames_ptr(&slot);
+        let depth = sampler.ring.depth() as i32;
+        let walk = |uc: *mut c_void| {
+            let mut trace = CallTrace {
+                env,
+                num_frames: 0,
+                frames,
+            };
+            // SAFETY: AsyncGetCallTrace is designed to be called from a signal handler on the
+            // interrupted thread with a ucontext of that thread; `trace.frames` points at the
+            // reserved slot's `depth` frames, which only this handler writes until `publish`.
+            unsafe { (sampler.asgct)(&mut trace, depth, uc) };
+            trace.num_frames
         };
-        // SAFETY: AsyncGetCallTrace is designed to be called from a signal handler on the
-        // interrupted thread with its ucontext; `trace.frames` points at the reserved slot's
-        // `depth` frames, which only this handler writes until `publish`.
-        unsafe { (sampler.asgct)(&mut trace, sampler.ring.depth() as i32, ucontext) };
-        trace.num_frames
+        let first = walk(ucontext);
+        let recover = sampler.recover.load(Ordering::Relaxed);
+        let retried = match first {
+            _ if !recover => None,
+            // In the VM or native code, last Java frame anchor not yet walkable.
+            -3 | -4 => sampler.anchors.get().and_then(|a| {
+                // SAFETY: this handler runs on the thread that owns `env`, stopped in it.
+                unsafe { a.walk_from_anchor(env, || walk(ucontext)) }
+            }),
+            // In Java code whose frame is incomplete (prologue, epilogue, frameless stub).
+            -5 | -6 => {
+                let mut caller = std::mem::MaybeUninit::<vmstructs::UContext>::zeroed();
+                // SAFETY: `ucontext` is the kernel's context for this handler; `caller` is a
+                // zeroed (valid) ucontext_t on this handler's stack that the calls fill.
+                let ok = unsafe { vmstructs::caller_context(ucontext, caller.assume_init_mut()) };
+                let by_sp = ok.then(|| walk(caller.as_mut_ptr().cast()));
+                match (by_sp, sampler.threads.stack(tid)) {
+                    (Some(n), _) if n > 0 => Some(n),
+                    (_, Some(stack)) => {
+                        // SAFETY: as above; `stack` is this thread's, from ThreadStart.
+                        let ok = unsafe {
+                            vmstructs::frame_pointer_caller(
+                                ucontext,
+                                stack,
+                                caller.assume_init_mut(),
+                            )
+                        };
+                        ok.then(|| walk(caller.as_mut_ptr().cast())).or(by_sp)
+                    }
+                    (other, None) => other,
+                }
+            }
+            _ => None,
+        };
+        match retried {
+            Some(n) if n > 0 => {
+                recovered = true;
+                n
+            }
+            _ => first,
+        }
     };
     sampler.ring.publish(
         slot,
@@ -113,6 +169,7 @@ fn record(sampler: &SignalSampler, ucontext: *mut c_void, weight: u32) {
             num_frames,
             time_ns: os::monotonic_ns(),
             weight,
+            recovered,
         },
     );
 }

@@ -1,4 +1,5 @@
-//! A fixed-size, lock-free map from Linux tid to the thread's JNIEnv, filled at ThreadStart and
+//! A fixed-size, lock-free map from Linux tid to the thread's JNIEnv and stack bounds, filled at
+//! ThreadStart and
 //! read by the signal handler (which may neither lock nor allocate, and must not rely on lazily
 //! allocated thread-local storage of a dlopen'ed library).
 //!
@@ -7,7 +8,7 @@
 //! own thread (ThreadStart / ThreadEnd run on the thread itself), so entries never race.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 const EMPTY: u32 = 0;
 const TOMBSTONE: u32 = u32::MAX;
@@ -15,6 +16,8 @@ const TOMBSTONE: u32 = u32::MAX;
 pub struct ThreadTable {
     tids: Box<[AtomicU32]>,
     envs: Box<[AtomicPtr<c_void>]>,
+    /// The thread's stack (lowest address, highest address), or (0, 0) when unknown.
+    stacks: Box<[(AtomicUsize, AtomicUsize)]>,
     mask: usize,
 }
 
@@ -25,6 +28,9 @@ impl ThreadTable {
             tids: (0..capacity).map(|_| AtomicU32::new(EMPTY)).collect(),
             envs: (0..capacity)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
+            stacks: (0..capacity)
+                .map(|_| (AtomicUsize::new(0), AtomicUsize::new(0)))
                 .collect(),
             mask: capacity - 1,
         }
@@ -37,6 +43,11 @@ impl ThreadTable {
     /// Records `env` for `tid`; false when the table is full (the thread then goes unsampled
     /// unless the caller has another way to find its JNIEnv).
     pub fn insert(&self, tid: u32, env: *mut c_void) -> bool {
+        self.insert_with_stack(tid, env, (0, 0))
+    }
+
+    /// [`insert`](Self::insert), with the thread's stack bounds (lowest, highest address).
+    pub fn insert_with_stack(&self, tid: u32, env: *mut c_void, stack: (usize, usize)) -> bool {
         if tid == EMPTY || tid == TOMBSTONE {
             return false;
         }
@@ -50,6 +61,8 @@ impl ThreadTable {
                         .compare_exchange(cur, tid, Ordering::AcqRel, Ordering::Acquire)
                         .is_ok());
             if claimed {
+                self.stacks[idx].0.store(stack.0, Ordering::Release);
+                self.stacks[idx].1.store(stack.1, Ordering::Release);
                 self.envs[idx].store(env, Ordering::Release);
                 return true;
             }
@@ -59,18 +72,32 @@ impl ThreadTable {
 
     /// The JNIEnv of `tid`, or null. Async-signal-safe: atomics only, bounded probing.
     pub fn lookup(&self, tid: u32) -> *mut c_void {
+        self.find(tid).map_or(std::ptr::null_mut(), |idx| {
+            self.envs[idx].load(Ordering::Acquire)
+        })
+    }
+
+    /// The stack bounds of `tid` (lowest, highest address), when known. Async-signal-safe.
+    pub fn stack(&self, tid: u32) -> Option<(usize, usize)> {
+        let idx = self.find(tid)?;
+        let lo = self.stacks[idx].0.load(Ordering::Acquire);
+        let hi = self.stacks[idx].1.load(Ordering::Acquire);
+        (lo < hi).then_some((lo, hi))
+    }
+
+    fn find(&self, tid: u32) -> Option<usize> {
         let start = self.start(tid);
         for i in 0..=self.mask {
             let idx = (start + i) & self.mask;
             let cur = self.tids[idx].load(Ordering::Acquire);
             if cur == tid {
-                return self.envs[idx].load(Ordering::Acquire);
+                return Some(idx);
             }
             if cur == EMPTY {
                 break;
             }
         }
-        std::ptr::null_mut()
+        None
     }
 
     pub fn remove(&self, tid: u32) {
