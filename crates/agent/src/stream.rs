@@ -38,6 +38,8 @@ const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection that lasted this long resets the backoff and the "said once" of a lost one.
+const HEALTHY_CONNECTION: Duration = Duration::from_secs(10);
 /// How often an idle connection looks for acknowledgements and for the collector going away.
 const ACK_POLL: Duration = Duration::from_millis(200);
 /// How long `finish` waits for what is left to reach the collector.
@@ -454,10 +456,17 @@ impl Connection {
         loop {
             let outcome = match self.connect() {
                 Ok(sock) => {
-                    backoff = BACKOFF_MIN;
                     was_connected = true;
-                    self.reported = false;
-                    self.session(sock)
+                    let since = Instant::now();
+                    let outcome = self.session(sock);
+                    // Only a connection that worked for a while counts as recovered: one that
+                    // the collector breaks at once (a bad reply) keeps the backoff growing and
+                    // is not reported again.
+                    if since.elapsed() >= HEALTHY_CONNECTION {
+                        backoff = BACKOFF_MIN;
+                        self.reported = false;
+                    }
+                    outcome
                 }
                 Err(e) => Outcome::Lost(e),
             };
