@@ -13,18 +13,6 @@ use std::path::Path;
 mod common;
 use common::*;
 
-/// `cpu <group> <ns>` lines the fixture prints.
-fn truth(stdout: &[u8]) -> HashMap<String, f64> {
-    String::from_utf8_lossy(stdout)
-        .lines()
-        .filter_map(|l| {
-            let mut it = l.split_whitespace();
-            (it.next()? == "cpu").then_some(())?;
-            Some((it.next()?.to_string(), it.next()?.parse().ok()?))
-        })
-        .collect()
-}
-
 /// Sampled CPU nanoseconds per group (`name` or `name-N` threads).
 fn sampled(p: &Profile, groups: &[&str]) -> HashMap<String, f64> {
     let ns = p.metric_index(Metric::Ns).unwrap();
@@ -63,7 +51,7 @@ fn run(home: Option<&Path>, interval: &str, engine: &str, args: &[&str], groups:
         ],
         &[&["CpuTruth"], args].concat(),
     );
-    let real = truth(&out.stdout);
+    let real = jvm_cpu(&out.stdout);
     let p = jvmprof_profile::read_any(&file).unwrap();
     let got = sampled(&p, groups);
     let real_total: f64 = groups.iter().map(|g| real[*g]).sum();

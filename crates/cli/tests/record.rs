@@ -14,18 +14,6 @@ use std::process::{Command, Output, Stdio};
 mod common;
 use common::*;
 
-/// `cpu <thread> <ns>` lines printed by CpuSplit.
-fn jvm_cpu(stdout: &[u8]) -> HashMap<String, f64> {
-    String::from_utf8_lossy(stdout)
-        .lines()
-        .filter_map(|l| {
-            let mut it = l.split_whitespace();
-            (it.next()? == "cpu").then_some(())?;
-            Some((it.next()?.to_string(), it.next()?.parse().ok()?))
-        })
-        .collect()
-}
-
 /// Samples per thread name.
 fn samples_by_thread(p: &Profile) -> HashMap<String, u64> {
     let mut m = HashMap::new();

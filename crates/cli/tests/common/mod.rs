@@ -91,6 +91,18 @@ pub fn jdk_tool(home: Option<&Path>, tool: &str) -> String {
     }
 }
 
+/// `cpu <name> <ns>` lines a ground-truth fixture prints (ThreadMXBean CPU time).
+pub fn jvm_cpu(stdout: &[u8]) -> std::collections::HashMap<String, f64> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            (it.next()? == "cpu").then_some(())?;
+            Some((it.next()?.to_string(), it.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir()
         .join(format!("jvmprof-tests-{}", std::process::id()))
