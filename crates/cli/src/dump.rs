@@ -1,6 +1,8 @@
 //! `jvmprof dump PID`: a thread dump (states, stacks with lines, held and awaited locks with their
 //! owners, deadlocks) or, with `--heap`, a class histogram, taken by the agent through dynamic
-//! attach. `--format json` prints the agent's JSON as is.
+//! attach. `--format json` prints the agent's JSON as is. With `--hprof FILE` the JVM writes an
+//! HPROF heap dump itself (HotSpot's `dumpheap` attach command, as `jmap -dump` sends it; no
+//! agent is loaded), which `jvmprof heap FILE` analyses.
 
 use crate::record::find_agent;
 use anyhow::{Context, Result, bail};
@@ -17,8 +19,14 @@ pub struct Args {
     #[arg(long, default_value = "text")]
     pub format: String,
     /// A class histogram (instances and bytes per class) instead of a thread dump.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "hprof")]
     pub heap: bool,
+    /// Write an HPROF heap dump of the JVM to this file (the JVM keeps running).
+    #[arg(long, value_name = "FILE")]
+    pub hprof: Option<PathBuf>,
+    /// With --hprof: dump only reachable objects (the JVM runs a full GC first).
+    #[arg(long, requires = "hprof")]
+    pub live: bool,
     /// The agent library (default: next to this executable).
     #[arg(long, env = "JVMPROF_AGENT")]
     pub agent: Option<PathBuf>,
@@ -27,6 +35,9 @@ pub struct Args {
 pub fn run(args: Args) -> Result<i32> {
     if args.format != "text" && args.format != "json" {
         bail!("--format must be text or json, not '{}'", args.format);
+    }
+    if let Some(file) = &args.hprof {
+        return hprof(args.pid, file, args.live);
     }
     let agent = find_agent(args.agent.as_deref())?;
     let dir = std::env::temp_dir().join(format!("jvmprof-dump-{}", std::process::id()));
@@ -65,6 +76,53 @@ pub fn run(args: Args) -> Result<i32> {
         } else {
             threads_text(&value)
         }
+    );
+    Ok(0)
+}
+
+/// Has the JVM write an HPROF dump to `file` through its attach listener.
+pub fn hprof(pid: u32, file: &std::path::Path, live: bool) -> Result<i32> {
+    let absolute =
+        std::path::absolute(file).with_context(|| format!("bad output path {}", file.display()))?;
+    if absolute.exists() {
+        bail!(
+            "{} exists; the JVM does not overwrite a heap dump (remove it or pick another name)",
+            absolute.display()
+        );
+    }
+    match absolute.parent() {
+        Some(dir) if dir.is_dir() => {}
+        _ => bail!("the directory of {} does not exist", absolute.display()),
+    }
+    let path = absolute
+        .to_str()
+        .with_context(|| format!("{} is not UTF-8", absolute.display()))?;
+    let started = std::time::Instant::now();
+    let output = attach::execute(
+        pid,
+        "dumpheap",
+        &[path, if live { "-live" } else { "-all" }],
+    )
+    .with_context(|| format!("cannot take a heap dump of process {pid}"))?;
+    let output = output.trim();
+    if !output.contains("Heap dump file created") || !absolute.is_file() {
+        bail!(
+            "process {pid} did not write the heap dump: {}",
+            if output.is_empty() {
+                "no message"
+            } else {
+                output
+            }
+        );
+    }
+    let size = std::fs::metadata(&absolute).map(|m| m.len()).unwrap_or(0);
+    eprintln!(
+        "jvmprof: heap dump of process {pid} written to {} ({} bytes{}, {:.1} s); analyse it with `jvmprof heap {}`",
+        absolute.display(),
+        size,
+        if live { ", live objects only" } else { "" },
+        started.elapsed().as_secs_f64(),
+        absolute.display()
     );
     Ok(0)
 }

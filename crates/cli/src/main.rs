@@ -7,6 +7,7 @@ mod convert;
 mod demo;
 mod diff;
 mod dump;
+mod heap;
 mod instrument;
 mod record;
 mod report;
@@ -42,6 +43,8 @@ enum Command {
     Diff(diff::Args),
     /// Thread dump with locks and deadlocks (or --heap: class histogram) of a running JVM.
     Dump(dump::Args),
+    /// What holds the memory in an HPROF heap dump: retained sizes, dominators, paths to GC roots.
+    Heap(heap::Args),
     /// Offline instrumentation of a jar, class directory or class file.
     Instrument(instrument::Args),
     /// Collector for streaming agents, with an HTTP API and web UI.
@@ -61,6 +64,7 @@ fn main() {
         Command::Demo(a) => demo::run(a),
         Command::Diff(a) => diff::run(a),
         Command::Dump(a) => dump::run(a),
+        Command::Heap(a) => heap::run(a),
         Command::Instrument(a) => instrument::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Stop(a) => session::stop(a),

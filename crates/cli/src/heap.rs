@@ -1,0 +1,84 @@
+//! `jvmprof heap FILE`: what holds the memory in an HPROF heap dump (ours, `jcmd GC.heap_dump`,
+//! `-XX:+HeapDumpOnOutOfMemoryError`): class histogram with retained sizes, top retainers with
+//! the GC root that holds each and the path to it, leak suspects; as text, JSON or HTML.
+
+use anyhow::{Context, Result, bail};
+use jvmprof_heap::{Options, render};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The HPROF file.
+    pub file: PathBuf,
+    /// How many top retainers (and histogram rows in text) to show.
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+    /// text, json or html (default: from the extension of -o, else text).
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Write the report to this file instead of stdout.
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
+    /// A leak suspect retains at least this share of the reachable heap, in percent.
+    #[arg(long, default_value_t = 10.0)]
+    pub suspect_percent: f64,
+}
+
+pub fn run(args: Args) -> Result<i32> {
+    let format = match (&args.format, &args.output) {
+        (Some(f), _) => f.clone(),
+        (None, Some(o)) if o.extension().is_some_and(|e| e == "html") => "html".into(),
+        (None, Some(o)) if o.extension().is_some_and(|e| e == "json") => "json".into(),
+        _ => "text".into(),
+    };
+    if !matches!(format.as_str(), "text" | "json" | "html") {
+        bail!("--format must be text, json or html, not '{format}'");
+    }
+    if args.top == 0 {
+        bail!("--top must be at least 1");
+    }
+    let options = Options {
+        top: args.top,
+        suspect_percent: args.suspect_percent,
+    };
+    let tty = std::io::stderr().is_terminal();
+    let mut last = (String::new(), u64::MAX);
+    let mut progress = |step: &str, done: u64, total: u64| {
+        if !tty {
+            return;
+        }
+        let percent = done * 100 / total.max(1);
+        if last.0 != step || last.1 != percent {
+            eprint!("\r{step}: {percent:>3} %   ");
+            let _ = std::io::stderr().flush();
+            last = (step.to_string(), percent);
+        }
+    };
+    let report = jvmprof_heap::analyze_file(&args.file, &options, &mut progress);
+    if tty {
+        eprint!("\r\x1b[K");
+    }
+    let report = report.with_context(|| format!("cannot analyse {}", args.file.display()))?;
+    let out = match format.as_str() {
+        "json" => render::json(&report),
+        "html" => render::html(&report),
+        _ => render::text(&report, args.top),
+    };
+    match &args.output {
+        Some(path) => {
+            std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))?
+        }
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            if let Err(e) = stdout
+                .write_all(out.as_bytes())
+                .and_then(|()| stdout.flush())
+                && e.kind() != std::io::ErrorKind::BrokenPipe
+            {
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,637 @@
+//! From a loaded heap and its dominators to the report: the class histogram with retained sizes,
+//! the top retainers with the GC root that holds each and the shortest path to it, the leak
+//! suspects, and the top of the dominator tree for the HTML view.
+
+use crate::dominators::{self, Dominators, TOP};
+use crate::graph::{ClassKind, Heap, NONE, RootKind};
+use crate::reader::{Object, ty};
+use serde::Serialize;
+use std::collections::VecDeque;
+
+/// What the report holds; serialized as the `--format json` output.
+#[derive(Clone, Debug, Serialize)]
+pub struct HeapReport {
+    /// Objects in the dump (reachable or not).
+    pub objects: u64,
+    /// Shallow bytes of all objects in the dump.
+    pub bytes: u64,
+    pub reachable_objects: u64,
+    pub reachable_bytes: u64,
+    /// The object layout assumed for shallow sizes.
+    pub layout: String,
+    pub classes: Vec<ClassRow>,
+    pub dominators: Vec<Retainer>,
+    pub suspects: Vec<Suspect>,
+    /// The dominator tree's top (nodes of at least 0.1 % of the reachable heap, bounded), for
+    /// the HTML view; not part of the JSON output.
+    #[serde(skip)]
+    pub tree: Vec<TreeNode>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ClassRow {
+    pub name: String,
+    pub instances: u64,
+    pub shallow_bytes: u64,
+    /// Bytes freed if every instance of the class were gone.
+    pub retained_bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Retainer {
+    /// The object id (its address in the dump), as hex.
+    pub id: String,
+    pub class: String,
+    pub shallow_bytes: u64,
+    pub retained_bytes: u64,
+    /// The GC root that holds it, in Java terms.
+    pub root: String,
+    /// The shortest path from that root: the root, then each field or array slot on the way.
+    pub path: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Suspect {
+    pub description: String,
+    pub class: String,
+    pub instances: u64,
+    pub retained_bytes: u64,
+    /// Share of the reachable heap, in percent.
+    pub percent: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TreeNode {
+    pub id: String,
+    pub class: String,
+    pub shallow: u64,
+    pub retained: u64,
+    /// Index of the parent node in the tree vector, or -1 at the top.
+    pub parent: i64,
+    /// The path from a GC root, filled for every node shown.
+    pub path: Vec<String>,
+}
+
+/// Options of the analysis.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// How many top retainers (and histogram rows in text) to report.
+    pub top: usize,
+    /// A suspect retains at least this share of the reachable heap (percent).
+    pub suspect_percent: f64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            top: 20,
+            suspect_percent: 10.0,
+        }
+    }
+}
+
+/// Runs the analysis of a loaded heap.
+pub fn analyze(heap: &Heap, options: &Options) -> crate::Result<HeapReport> {
+    let doms = dominators::compute(heap);
+    let (kid_starts, kids, top) = doms.children();
+
+    let mut objects_of = vec![0u64; heap.classes.len()];
+    let mut shallow_of = vec![0u64; heap.classes.len()];
+    let mut bytes = 0u64;
+    for (i, &c) in heap.class_of.iter().enumerate() {
+        objects_of[c as usize] += 1;
+        shallow_of[c as usize] += u64::from(heap.shallow[i]);
+        bytes += u64::from(heap.shallow[i]);
+    }
+    let retained_of = class_retained(heap, &doms, &kid_starts, &kids, &top);
+    let reachable_bytes: u64 = top.iter().map(|&i| doms.retained[i as usize]).sum();
+    // Classes by name: a name loaded by two loaders is one row.
+    let mut rows: std::collections::BTreeMap<&str, ClassRow> = Default::default();
+    for (c, class) in heap.classes.iter().enumerate() {
+        if objects_of[c] == 0 {
+            continue;
+        }
+        let row = rows.entry(&class.name).or_insert_with(|| ClassRow {
+            name: class.name.clone(),
+            instances: 0,
+            shallow_bytes: 0,
+            retained_bytes: 0,
+        });
+        row.instances += objects_of[c];
+        row.shallow_bytes += shallow_of[c];
+        row.retained_bytes += retained_of[c];
+    }
+    let mut classes: Vec<ClassRow> = rows.into_values().collect();
+    classes.sort_by(|a, b| {
+        b.retained_bytes
+            .cmp(&a.retained_bytes)
+            .then(b.shallow_bytes.cmp(&a.shallow_bytes))
+            .then(a.name.cmp(&b.name))
+    });
+
+    let mut paths = Paths::new(heap)?;
+    let mut sorted_top = top.clone();
+    sorted_top.sort_by_key(|&i| std::cmp::Reverse(doms.retained[i as usize]));
+    let mut dominators = Vec::new();
+    for &i in sorted_top.iter().take(options.top) {
+        let path = paths.path(i)?;
+        dominators.push(Retainer {
+            id: format!("0x{:x}", paths.id(i)?),
+            class: heap.class(i).name.clone(),
+            shallow_bytes: u64::from(heap.shallow[i as usize]),
+            retained_bytes: doms.retained[i as usize],
+            root: path.first().cloned().unwrap_or_default(),
+            path,
+        });
+    }
+    let suspects = suspects(heap, &doms, &sorted_top, reachable_bytes, options);
+    let tree = tree(
+        heap,
+        &doms,
+        &kid_starts,
+        &kids,
+        &sorted_top,
+        reachable_bytes,
+        &mut paths,
+    )?;
+    let layout = &heap.layout;
+    Ok(HeapReport {
+        objects: heap.objects() as u64,
+        bytes,
+        reachable_objects: doms.preorder.len() as u64,
+        reachable_bytes,
+        layout: format!(
+            "{}-byte object headers, {}-byte references ({})",
+            layout.header,
+            layout.reference,
+            if heap.header.id_size == 4 {
+                "32-bit JVM"
+            } else if layout.reference == 4 {
+                "compressed oops: the dump's addresses span under 32 GB"
+            } else {
+                "uncompressed oops"
+            }
+        ),
+        classes,
+        dominators,
+        suspects,
+        tree,
+    })
+}
+
+/// Per class, the bytes its instances retain together: the retained size of every instance
+/// that no other instance of the same class dominates.
+fn class_retained(
+    heap: &Heap,
+    doms: &Dominators,
+    kid_starts: &[u32],
+    kids: &[u32],
+    top: &[u32],
+) -> Vec<u64> {
+    let mut retained = vec![0u64; heap.classes.len()];
+    let mut active = vec![0u32; heap.classes.len()];
+    let mut stack: Vec<(u32, u32)> = Vec::new();
+    for &t in top {
+        let c = heap.class_of[t as usize] as usize;
+        if active[c] == 0 {
+            retained[c] += doms.retained[t as usize];
+        }
+        active[c] += 1;
+        stack.push((t, kid_starts[t as usize]));
+        while let Some(frame) = stack.last_mut() {
+            let (v, k) = *frame;
+            if k < kid_starts[v as usize + 1] {
+                frame.1 += 1;
+                let w = kids[k as usize];
+                let c = heap.class_of[w as usize] as usize;
+                if active[c] == 0 {
+                    retained[c] += doms.retained[w as usize];
+                }
+                active[c] += 1;
+                stack.push((w, kid_starts[w as usize]));
+            } else {
+                active[heap.class_of[v as usize] as usize] -= 1;
+                stack.pop();
+            }
+        }
+    }
+    retained
+}
+
+fn suspects(
+    heap: &Heap,
+    doms: &Dominators,
+    sorted_top: &[u32],
+    reachable: u64,
+    options: &Options,
+) -> Vec<Suspect> {
+    let mut out = Vec::new();
+    if reachable == 0 {
+        return out;
+    }
+    let share = |b: u64| 100.0 * b as f64 / reachable as f64;
+    let threshold = options.suspect_percent;
+    for &i in sorted_top {
+        let r = doms.retained[i as usize];
+        if share(r) < threshold {
+            break;
+        }
+        let class = heap.class(i).name.clone();
+        out.push(Suspect {
+            description: format!(
+                "one instance of {class} retains {} ({:.1} % of the reachable heap)",
+                human(r),
+                share(r)
+            ),
+            class,
+            instances: 1,
+            retained_bytes: r,
+            percent: share(r),
+        });
+    }
+    // Groups: many top-level dominators of one class that together pass the threshold.
+    let mut by_class: std::collections::HashMap<&str, (u64, u64)> = Default::default();
+    for &i in sorted_top {
+        let e = by_class.entry(&heap.class(i).name).or_default();
+        e.0 += 1;
+        e.1 += doms.retained[i as usize];
+    }
+    let mut groups: Vec<_> = by_class
+        .into_iter()
+        .filter(|(_, (n, r))| *n > 1 && share(*r) >= threshold)
+        .collect();
+    groups.sort_by_key(|(_, (_, r))| std::cmp::Reverse(*r));
+    for (class, (n, r)) in groups {
+        if out
+            .iter()
+            .any(|s| s.class == class && s.retained_bytes * 2 > r)
+        {
+            continue;
+        }
+        out.push(Suspect {
+            description: format!(
+                "{n} instances of {class}, each held on its own, retain {} ({:.1} % of the reachable heap)",
+                human(r),
+                share(r)
+            ),
+            class: class.to_string(),
+            instances: n,
+            retained_bytes: r,
+            percent: share(r),
+        });
+    }
+    out
+}
+
+/// The top of the dominator tree: nodes retaining at least 0.1 % of the heap, at most 30
+/// children each and 2000 nodes in all.
+fn tree(
+    heap: &Heap,
+    doms: &Dominators,
+    kid_starts: &[u32],
+    kids: &[u32],
+    sorted_top: &[u32],
+    reachable: u64,
+    paths: &mut Paths<'_>,
+) -> crate::Result<Vec<TreeNode>> {
+    let min = reachable / 1000;
+    let mut out: Vec<TreeNode> = Vec::new();
+    let mut queue: VecDeque<(u32, i64)> = sorted_top
+        .iter()
+        .take(50)
+        .filter(|&&i| doms.retained[i as usize] >= min)
+        .map(|&i| (i, -1))
+        .collect();
+    while let Some((i, parent)) = queue.pop_front() {
+        if out.len() >= 2000 {
+            break;
+        }
+        let at = out.len() as i64;
+        out.push(TreeNode {
+            id: format!("0x{:x}", paths.id(i)?),
+            class: heap.class(i).name.clone(),
+            shallow: u64::from(heap.shallow[i as usize]),
+            retained: doms.retained[i as usize],
+            parent,
+            path: if out.len() < 300 {
+                paths.path(i)?
+            } else {
+                Vec::new()
+            },
+        });
+        let mut children: Vec<u32> =
+            kids[kid_starts[i as usize] as usize..kid_starts[i as usize + 1] as usize].to_vec();
+        children.sort_by_key(|&k| std::cmp::Reverse(doms.retained[k as usize]));
+        for k in children.into_iter().take(30) {
+            if doms.retained[k as usize] >= min && doms.retained[k as usize] > 0 {
+                queue.push_back((k, at));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Shortest paths from the GC roots (breadth-first, roots ranked so that statics and thread
+/// locals name an object before the class or thread that also reaches it), and the naming of
+/// each step by reading the holder back from the file.
+struct Paths<'h> {
+    heap: &'h Heap,
+    /// Per object: the previous object on its shortest path, or `ROOT + root index`.
+    previous: Vec<u32>,
+    root_of: Vec<u32>,
+    locator: crate::reader::Locator,
+}
+
+impl<'h> Paths<'h> {
+    fn new(heap: &'h Heap) -> crate::Result<Paths<'h>> {
+        let n = heap.objects();
+        let mut previous = vec![NONE; n];
+        let mut root_of = vec![NONE; n];
+        let mut order: Vec<usize> = (0..heap.roots.len()).collect();
+        order.sort_by_key(|&r| root_rank(&heap.roots[r].1));
+        let mut queue = VecDeque::new();
+        for r in order {
+            let o = heap.roots[r].0 as usize;
+            if root_of[o] == NONE {
+                root_of[o] = r as u32;
+                previous[o] = TOP;
+                queue.push_back(o as u32);
+            }
+        }
+        while let Some(v) = queue.pop_front() {
+            for &w in heap.successors(v) {
+                if previous[w as usize] == NONE {
+                    previous[w as usize] = v;
+                    root_of[w as usize] = root_of[v as usize];
+                    queue.push_back(w);
+                }
+            }
+        }
+        Ok(Paths {
+            heap,
+            previous,
+            root_of,
+            locator: heap.locator()?,
+        })
+    }
+
+    fn id(&mut self, i: u32) -> crate::Result<u64> {
+        Ok(self.locator.object(i as usize)?.0)
+    }
+
+    /// Root label first, then one step per reference on the way to `i`.
+    fn path(&mut self, i: u32) -> crate::Result<Vec<String>> {
+        let mut chain = vec![i];
+        let mut v = i;
+        while self.previous[v as usize] != TOP && self.previous[v as usize] != NONE {
+            v = self.previous[v as usize];
+            chain.push(v);
+            if chain.len() > 10_000 {
+                break;
+            }
+        }
+        chain.reverse();
+        let r = self.root_of[chain[0] as usize];
+        let mut out = vec![if r == NONE {
+            "unreachable".to_string()
+        } else {
+            self.root_label(r as usize)?
+        }];
+        for pair in chain.windows(2) {
+            let to_id = self.id(pair[1])?;
+            out.push(self.step(pair[0], to_id)?);
+        }
+        Ok(out)
+    }
+
+    /// How `from` holds the object `to_id`: `Class.field` or `Type[][index]`.
+    fn step(&mut self, from: u32, to_id: u64) -> crate::Result<String> {
+        let heap = self.heap;
+        let (_, object) = self.locator.object(from as usize)?;
+        let id_size = heap.header.id_size as usize;
+        Ok(match object {
+            Object::Instance { fields, .. } => {
+                let mut c = heap.class_of[from as usize];
+                let mut at = 0usize;
+                while c != NONE {
+                    let class = &heap.classes[c as usize];
+                    for (name, t) in &class.fields {
+                        let size = crate::reader::value_size(*t, heap.header.id_size).unwrap_or(0)
+                            as usize;
+                        if *t == ty::OBJECT && read_id(&fields, at, id_size) == to_id {
+                            return Ok(format!("{}.{}", class.name, name));
+                        }
+                        at += size;
+                    }
+                    c = heap.class_by_id(class.super_id).unwrap_or(NONE);
+                }
+                format!("{}.?", heap.class(from).name)
+            }
+            Object::ObjectArray { elements, .. } => {
+                let k = (0..elements.len() / id_size)
+                    .find(|&k| read_id(&elements, k * id_size, id_size) == to_id);
+                match k {
+                    Some(k) => format!("{}[{k}]", heap.class(from).name),
+                    None => format!("{}[?]", heap.class(from).name),
+                }
+            }
+            Object::Class(c) => {
+                let name = heap
+                    .class_named_by_object(from)
+                    .unwrap_or_else(|| "?".into());
+                if c.super_id == to_id {
+                    format!("{name} (superclass)")
+                } else if c.loader_id == to_id {
+                    format!("{name} (class loader)")
+                } else {
+                    let s = heap
+                        .class_index_of_object(from)
+                        .and_then(|ci| {
+                            heap.classes[ci as usize]
+                                .statics
+                                .iter()
+                                .find(|s| s.1 == ty::OBJECT && s.2 == to_id)
+                                .map(|s| s.0.clone())
+                        })
+                        .unwrap_or_else(|| "?".into());
+                    format!("static {name}.{s}")
+                }
+            }
+            Object::PrimitiveArray { .. } => "?".into(),
+        })
+    }
+
+    fn root_label(&mut self, r: usize) -> crate::Result<String> {
+        let heap = self.heap;
+        let (o, kind) = &heap.roots[r];
+        Ok(match kind {
+            RootKind::Static(c, name) => {
+                format!("static {}.{}", heap.classes[*c as usize].name, name)
+            }
+            RootKind::JavaLocal { thread, depth } => {
+                let t = self.thread_name(*thread)?;
+                match self.frame_of(*thread, *depth) {
+                    Some(m) => format!("thread {t} local in {m}"),
+                    None => format!("thread {t} local"),
+                }
+            }
+            RootKind::JniLocal { thread } => {
+                format!("JNI local in thread {}", self.thread_name(*thread)?)
+            }
+            RootKind::NativeStack { thread } => {
+                format!("native stack of thread {}", self.thread_name(*thread)?)
+            }
+            RootKind::ThreadBlock { thread } => {
+                format!("thread block of {}", self.thread_name(*thread)?)
+            }
+            RootKind::Thread { thread } => format!("thread {}", self.thread_name(*thread)?),
+            RootKind::JniGlobal => "JNI global".into(),
+            RootKind::SystemClass => format!(
+                "system class {}",
+                heap.class_named_by_object(*o).unwrap_or_else(|| "?".into())
+            ),
+            RootKind::Class => format!(
+                "class {}",
+                heap.class_named_by_object(*o).unwrap_or_else(|| "?".into())
+            ),
+            RootKind::BusyMonitor => "busy monitor".into(),
+            RootKind::Unknown => "unknown root".into(),
+        })
+    }
+
+    /// `Foo.run` for the frame at `depth` of a thread's stack.
+    fn frame_of(&self, thread: u32, depth: u32) -> Option<String> {
+        let (_, trace) = self.heap.threads.get(&thread)?;
+        let frames = self.heap.traces.get(trace)?;
+        let (class, method, _) = self.heap.frames.get(frames.get(depth as usize)?)?;
+        Some(format!("{class}.{method}"))
+    }
+
+    /// `"worker-1"` (quoted), or `#serial` when the name cannot be read.
+    fn thread_name(&mut self, thread: u32) -> crate::Result<String> {
+        let Some(&(o, _)) = self.heap.threads.get(&thread) else {
+            return Ok(format!("#{thread}"));
+        };
+        let name = self
+            .field(o, "name")?
+            .and_then(|s| self.heap.index_of(s))
+            .map(|s| self.string(s))
+            .transpose()?
+            .flatten();
+        Ok(match name {
+            Some(n) => format!("{n:?}"),
+            None => format!("#{thread}"),
+        })
+    }
+
+    /// The value of the reference field `name` of instance `i` (searched up the class chain).
+    fn field(&mut self, i: u32, name: &str) -> crate::Result<Option<u64>> {
+        let heap = self.heap;
+        let (_, Object::Instance { fields, .. }) = self.locator.object(i as usize)? else {
+            return Ok(None);
+        };
+        Ok(field_value(heap, heap.class_of[i as usize], &fields, name).map(|(_, v)| v))
+    }
+
+    /// The text of a `java.lang.String` (compact Latin-1/UTF-16 `byte[]` or `char[]`).
+    fn string(&mut self, i: u32) -> crate::Result<Option<String>> {
+        let heap = self.heap;
+        let (_, Object::Instance { fields, .. }) = self.locator.object(i as usize)? else {
+            return Ok(None);
+        };
+        let c = heap.class_of[i as usize];
+        let Some((_, value)) = field_value(heap, c, &fields, "value") else {
+            return Ok(None);
+        };
+        let coder = field_value(heap, c, &fields, "coder").map_or(0, |(_, v)| v);
+        let Some(v) = heap.index_of(value) else {
+            return Ok(None);
+        };
+        let (_, Object::PrimitiveArray { ty: t, data, .. }) = self.locator.object(v as usize)?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(match t {
+            ty::CHAR => {
+                let units: Vec<u16> = data
+                    .chunks_exact(2)
+                    .map(|b| u16::from_be_bytes([b[0], b[1]]))
+                    .collect();
+                String::from_utf16_lossy(&units)
+            }
+            ty::BYTE if coder == 0 => data.iter().map(|&b| char::from(b)).collect(),
+            ty::BYTE => {
+                let units: Vec<u16> = data
+                    .chunks_exact(2)
+                    .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                    .collect();
+                String::from_utf16_lossy(&units)
+            }
+            _ => return Ok(None),
+        }))
+    }
+}
+
+/// Ranks roots for naming: statics and locals name what they hold before broader roots.
+fn root_rank(kind: &RootKind) -> u8 {
+    match kind {
+        RootKind::Static(..) => 0,
+        RootKind::JavaLocal { .. } | RootKind::JniLocal { .. } | RootKind::NativeStack { .. } => 1,
+        RootKind::JniGlobal => 2,
+        RootKind::Thread { .. } | RootKind::ThreadBlock { .. } => 3,
+        RootKind::BusyMonitor => 4,
+        RootKind::SystemClass | RootKind::Class => 5,
+        RootKind::Unknown => 6,
+    }
+}
+
+fn read_id(bytes: &[u8], at: usize, size: usize) -> u64 {
+    match bytes.get(at..at + size) {
+        Some(b) if size == 4 => u64::from(u32::from_be_bytes(b.try_into().expect("4"))),
+        Some(b) => u64::from_be_bytes(b.try_into().expect("8")),
+        None => 0,
+    }
+}
+
+/// (basic type, raw value) of field `name` in an instance's field bytes.
+fn field_value(heap: &Heap, class: u32, fields: &[u8], name: &str) -> Option<(u8, u64)> {
+    let size = heap.header.id_size;
+    let mut c = class;
+    let mut at = 0usize;
+    let mut guard = 0;
+    while c != NONE && guard < 1000 {
+        guard += 1;
+        let k = &heap.classes[c as usize];
+        if k.kind != ClassKind::Instance {
+            return None;
+        }
+        for (n, t) in &k.fields {
+            let s = crate::reader::value_size(*t, size)? as usize;
+            if n == name {
+                let b = fields.get(at..at + s)?;
+                let mut v = 0u64;
+                for &x in b {
+                    v = v << 8 | u64::from(x);
+                }
+                return Some((*t, v));
+            }
+            at += s;
+        }
+        c = heap.class_by_id(k.super_id).unwrap_or(NONE);
+    }
+    None
+}
+
+/// `1.5 MB`-style sizes for messages.
+pub fn human(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b >= 1e9 {
+        format!("{:.2} GB", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{:.1} MB", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.1} kB", b / 1e3)
+    } else {
+        format!("{bytes} B")
+    }
+}

@@ -1,0 +1,204 @@
+//! Dominators and retained sizes, by the semi-NCA algorithm (Georgiadis and Tarjan's simple
+//! variant of Lengauer–Tarjan: semidominators by path-compressed evaluation over a DFS tree,
+//! then each immediate dominator as the nearest common ancestor of parent and semidominator).
+//!
+//! The graph is the heap's CSR successor lists plus one virtual root whose successors are the
+//! GC roots. Everything runs in DFS-number space on flat `u32` arrays, iteratively (object
+//! graphs are deep: a linked list of a million nodes is a million-deep DFS).
+
+use crate::graph::{Heap, NONE};
+
+/// The virtual root's place in [`Dominators::idom`]: the object is dominated by the GC roots
+/// as a whole (a top-level dominator).
+pub const TOP: u32 = u32::MAX - 1;
+
+pub struct Dominators {
+    /// Per object: its immediate dominator, [`TOP`], or [`NONE`] when unreachable.
+    pub idom: Vec<u32>,
+    /// Per object: retained bytes (its own and all it dominates); 0 when unreachable.
+    pub retained: Vec<u64>,
+    /// Reachable objects in DFS preorder (every object after its dominator).
+    pub preorder: Vec<u32>,
+}
+
+impl Dominators {
+    pub fn reachable(&self, i: u32) -> bool {
+        self.idom[i as usize] != NONE
+    }
+
+    /// Children of every object in the dominator tree, CSR form over object indices, plus the
+    /// top-level dominators.
+    pub fn children(&self) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+        let n = self.idom.len();
+        let mut starts = vec![0u32; n + 1];
+        let mut top = Vec::new();
+        for &d in &self.idom {
+            if d != NONE && d != TOP {
+                starts[d as usize + 1] += 1;
+            }
+        }
+        for i in 0..n {
+            starts[i + 1] += starts[i];
+        }
+        let mut fill = starts.clone();
+        let mut kids = vec![0u32; starts[n] as usize];
+        for &i in &self.preorder {
+            let d = self.idom[i as usize];
+            if d == TOP {
+                top.push(i);
+            } else {
+                kids[fill[d as usize] as usize] = i;
+                fill[d as usize] += 1;
+            }
+        }
+        (starts, kids, top)
+    }
+}
+
+/// Computes dominators and retained sizes of every object reachable from the roots.
+pub fn compute(heap: &Heap) -> Dominators {
+    let n = heap.objects();
+    let mut roots: Vec<u32> = heap.roots.iter().map(|r| r.0).collect();
+    roots.sort_unstable();
+    roots.dedup();
+
+    // 1. DFS from the virtual root (DFS number 0): preorder numbers, tree parents.
+    let mut dfn = vec![NONE; n];
+    let mut vertex: Vec<u32> = vec![NONE];
+    let mut parent: Vec<u32> = vec![NONE];
+    {
+        let mut stack: Vec<(u32, u32)> = Vec::new();
+        for &r in &roots {
+            if dfn[r as usize] != NONE {
+                continue;
+            }
+            dfn[r as usize] = vertex.len() as u32;
+            vertex.push(r);
+            parent.push(0);
+            stack.push((r, 0));
+            while let Some(top) = stack.last_mut() {
+                let (v, k) = *top;
+                let succ = heap.successors(v);
+                if (k as usize) < succ.len() {
+                    top.1 += 1;
+                    let w = succ[k as usize];
+                    if dfn[w as usize] == NONE {
+                        dfn[w as usize] = vertex.len() as u32;
+                        vertex.push(w);
+                        parent.push(dfn[v as usize]);
+                        stack.push((w, 0));
+                    }
+                } else {
+                    stack.pop();
+                }
+            }
+        }
+    }
+    let count = vertex.len();
+
+    // 2. Predecessors in DFS-number space (the virtual root precedes every GC root).
+    let mut pstart = vec![0u32; count + 1];
+    for &r in &roots {
+        pstart[dfn[r as usize] as usize + 1] += 1;
+    }
+    for &v in &vertex[1..] {
+        for &w in heap.successors(v) {
+            pstart[dfn[w as usize] as usize + 1] += 1;
+        }
+    }
+    for i in 0..count {
+        pstart[i + 1] += pstart[i];
+    }
+    let mut preds = vec![0u32; pstart[count] as usize];
+    {
+        let mut fill = pstart.clone();
+        for &r in &roots {
+            let w = dfn[r as usize] as usize;
+            preds[fill[w] as usize] = 0;
+            fill[w] += 1;
+        }
+        for (d, &v) in vertex.iter().enumerate().skip(1) {
+            for &w in heap.successors(v) {
+                let w = dfn[w as usize] as usize;
+                preds[fill[w] as usize] = d as u32;
+                fill[w] += 1;
+            }
+        }
+    }
+
+    // 3. Semidominators, in reverse preorder, with path-compressed evaluation.
+    let mut semi: Vec<u32> = (0..count as u32).collect();
+    let mut label: Vec<u32> = (0..count as u32).collect();
+    let mut ancestor = vec![NONE; count];
+    let mut path = Vec::new();
+    for w in (1..count).rev() {
+        for &v in &preds[pstart[w] as usize..pstart[w + 1] as usize] {
+            let u = eval(v, &mut ancestor, &mut label, &semi, &mut path);
+            if semi[u as usize] < semi[w] {
+                semi[w] = semi[u as usize];
+            }
+        }
+        ancestor[w] = parent[w];
+    }
+    drop((label, ancestor, preds, pstart));
+
+    // 4. Immediate dominators: walk up from the parent until below the semidominator.
+    let mut idom = parent;
+    for w in 1..count {
+        let mut d = idom[w];
+        while d > semi[w] {
+            d = idom[d as usize];
+        }
+        idom[w] = d;
+    }
+    drop(semi);
+
+    // 5. Retained sizes, children before their dominators.
+    let mut retained = vec![0u64; count];
+    for w in 1..count {
+        retained[w] = u64::from(heap.shallow[vertex[w] as usize]);
+    }
+    for w in (1..count).rev() {
+        let d = idom[w] as usize;
+        retained[d] += retained[w];
+    }
+
+    let mut by_object = Dominators {
+        idom: vec![NONE; n],
+        retained: vec![0; n],
+        preorder: Vec::with_capacity(count - 1),
+    };
+    for w in 1..count {
+        let o = vertex[w] as usize;
+        by_object.idom[o] = if idom[w] == 0 {
+            TOP
+        } else {
+            vertex[idom[w] as usize]
+        };
+        by_object.retained[o] = retained[w];
+        by_object.preorder.push(vertex[w]);
+    }
+    by_object
+}
+
+/// The vertex of least semidominator on `v`'s path in the linked forest.
+fn eval(v: u32, ancestor: &mut [u32], label: &mut [u32], semi: &[u32], path: &mut Vec<u32>) -> u32 {
+    if ancestor[v as usize] == NONE {
+        return v;
+    }
+    // Compress: collect the path up to the tree root's child, then fold from the top.
+    path.clear();
+    let mut x = v;
+    while ancestor[ancestor[x as usize] as usize] != NONE {
+        path.push(x);
+        x = ancestor[x as usize];
+    }
+    while let Some(y) = path.pop() {
+        let a = ancestor[y as usize] as usize;
+        if semi[label[a] as usize] < semi[label[y as usize] as usize] {
+            label[y as usize] = label[a];
+        }
+        ancestor[y as usize] = ancestor[a];
+    }
+    label[v as usize]
+}
