@@ -55,10 +55,18 @@ impl Dominators {
     }
 }
 
-/// Computes dominators and retained sizes of every object reachable from the roots.
+/// Computes dominators and retained sizes of every object reachable from the heap's roots.
 pub fn compute(heap: &Heap) -> Dominators {
-    let n = heap.objects();
-    let mut roots: Vec<u32> = heap.roots.iter().map(|r| r.0).collect();
+    let roots: Vec<u32> = heap.roots.iter().map(|r| r.0).collect();
+    compute_csr(&heap.starts, &heap.edges, &roots, &heap.shallow)
+}
+
+/// The same over any graph in CSR form: the successors of `i` are
+/// `edges[starts[i]..starts[i + 1]]`, `shallow[i]` its own size.
+pub fn compute_csr(starts: &[u32], edges: &[u32], roots: &[u32], shallow: &[u32]) -> Dominators {
+    let n = shallow.len();
+    let successors = |i: u32| &edges[starts[i as usize] as usize..starts[i as usize + 1] as usize];
+    let mut roots = roots.to_vec();
     roots.sort_unstable();
     roots.dedup();
 
@@ -78,7 +86,7 @@ pub fn compute(heap: &Heap) -> Dominators {
             stack.push((r, 0));
             while let Some(top) = stack.last_mut() {
                 let (v, k) = *top;
-                let succ = heap.successors(v);
+                let succ = successors(v);
                 if (k as usize) < succ.len() {
                     top.1 += 1;
                     let w = succ[k as usize];
@@ -102,7 +110,7 @@ pub fn compute(heap: &Heap) -> Dominators {
         pstart[dfn[r as usize] as usize + 1] += 1;
     }
     for &v in &vertex[1..] {
-        for &w in heap.successors(v) {
+        for &w in successors(v) {
             pstart[dfn[w as usize] as usize + 1] += 1;
         }
     }
@@ -118,7 +126,7 @@ pub fn compute(heap: &Heap) -> Dominators {
             fill[w] += 1;
         }
         for (d, &v) in vertex.iter().enumerate().skip(1) {
-            for &w in heap.successors(v) {
+            for &w in successors(v) {
                 let w = dfn[w as usize] as usize;
                 preds[fill[w] as usize] = d as u32;
                 fill[w] += 1;
@@ -156,7 +164,7 @@ pub fn compute(heap: &Heap) -> Dominators {
     // 5. Retained sizes, children before their dominators.
     let mut retained = vec![0u64; count];
     for w in 1..count {
-        retained[w] = u64::from(heap.shallow[vertex[w] as usize]);
+        retained[w] = u64::from(shallow[vertex[w] as usize]);
     }
     for w in (1..count).rev() {
         let d = idom[w] as usize;
@@ -201,4 +209,146 @@ fn eval(v: u32, ancestor: &mut [u32], label: &mut [u32], semi: &[u32], path: &mu
         ancestor[y as usize] = ancestor[a];
     }
     label[v as usize]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn csr(n: usize, edges: &[(u32, u32)]) -> (Vec<u32>, Vec<u32>) {
+        let mut starts = vec![0u32; n + 1];
+        let mut sorted = edges.to_vec();
+        sorted.sort_unstable();
+        for &(a, _) in &sorted {
+            starts[a as usize + 1] += 1;
+        }
+        for i in 0..n {
+            starts[i + 1] += starts[i];
+        }
+        (starts, sorted.iter().map(|e| e.1).collect())
+    }
+
+    /// Objects reachable from the roots when `removed` is taken out of the graph.
+    fn reachable(n: usize, edges: &[(u32, u32)], roots: &[u32], removed: Option<u32>) -> Vec<bool> {
+        let mut seen = vec![false; n];
+        let mut stack: Vec<u32> = roots
+            .iter()
+            .copied()
+            .filter(|&r| Some(r) != removed)
+            .collect();
+        while let Some(v) = stack.pop() {
+            if seen[v as usize] {
+                continue;
+            }
+            seen[v as usize] = true;
+            for &(a, b) in edges {
+                if a == v && Some(b) != removed && !seen[b as usize] {
+                    stack.push(b);
+                }
+            }
+        }
+        seen
+    }
+
+    /// Dominators by their definition: d dominates v when v is unreachable without d.
+    fn naive(
+        n: usize,
+        edges: &[(u32, u32)],
+        roots: &[u32],
+        shallow: &[u32],
+    ) -> (Vec<u32>, Vec<u64>) {
+        let all = reachable(n, edges, roots, None);
+        let without: Vec<Vec<bool>> = (0..n as u32)
+            .map(|d| reachable(n, edges, roots, Some(d)))
+            .collect();
+        let strict =
+            |v: usize| -> Vec<usize> { (0..n).filter(|&d| d != v && !without[d][v]).collect() };
+        let mut idom = vec![NONE; n];
+        let mut retained = vec![0u64; n];
+        for v in 0..n {
+            if !all[v] {
+                continue;
+            }
+            let doms = strict(v);
+            idom[v] = doms
+                .iter()
+                .copied()
+                .find(|&d| strict(d).len() + 1 == doms.len())
+                .map_or(TOP, |d| d as u32);
+            retained[v] = (0..n)
+                .filter(|&o| all[o] && (o == v || !without[v][o]))
+                .map(|o| u64::from(shallow[o]))
+                .sum();
+        }
+        (idom, retained)
+    }
+
+    #[test]
+    fn the_textbook_example() {
+        // Lengauer and Tarjan's figure: R=0 with a cross-connected graph.
+        let edges = [
+            (0, 1),
+            (0, 2),
+            (0, 3),
+            (1, 4),
+            (2, 1),
+            (2, 4),
+            (2, 5),
+            (3, 6),
+            (3, 7),
+            (4, 12),
+            (5, 8),
+            (6, 9),
+            (7, 9),
+            (7, 10),
+            (8, 5),
+            (8, 11),
+            (9, 11),
+            (10, 9),
+            (11, 0),
+            (11, 9),
+            (12, 8),
+        ];
+        let n = 13;
+        let (starts, e) = csr(n, &edges);
+        let shallow: Vec<u32> = (0..n as u32).map(|i| 10 + i).collect();
+        let d = compute_csr(&starts, &e, &[0], &shallow);
+        let (idom, retained) = naive(n, &edges, &[0], &shallow);
+        assert_eq!(d.idom, idom);
+        assert_eq!(d.retained, retained);
+        assert_eq!(d.idom[0], TOP);
+        assert_eq!(
+            d.retained[0],
+            shallow.iter().map(|&s| u64::from(s)).sum::<u64>()
+        );
+    }
+
+    #[test]
+    fn a_long_chain_does_not_overflow_the_stack() {
+        let n = 1_000_000u32;
+        let edges: Vec<(u32, u32)> = (0..n - 1).map(|i| (i, i + 1)).chain([(n - 1, 0)]).collect();
+        let (starts, e) = csr(n as usize, &edges);
+        let d = compute_csr(&starts, &e, &[0], &vec![8; n as usize]);
+        assert_eq!(d.retained[0], 8 * u64::from(n));
+        assert_eq!(d.idom[n as usize - 1], n - 2);
+    }
+
+    proptest! {
+        #[test]
+        fn semi_nca_agrees_with_the_definition(
+            n in 1usize..24,
+            raw in proptest::collection::vec((0u32..24, 0u32..24), 0..60),
+            roots in proptest::collection::vec(0u32..24, 1..4),
+        ) {
+            let edges: Vec<(u32, u32)> = raw.into_iter().filter(|&(a, b)| (a as usize) < n && (b as usize) < n).collect();
+            let roots: Vec<u32> = roots.into_iter().filter(|&r| (r as usize) < n).collect();
+            let shallow: Vec<u32> = (0..n as u32).map(|i| 16 + 8 * (i % 5)).collect();
+            let (starts, e) = csr(n, &edges);
+            let d = compute_csr(&starts, &e, &roots, &shallow);
+            let (idom, retained) = naive(n, &edges, &roots, &shallow);
+            prop_assert_eq!(d.idom, idom);
+            prop_assert_eq!(d.retained, retained);
+        }
+    }
 }

@@ -523,7 +523,7 @@ impl Pass1<'_, '_> {
     }
 
     fn object(&mut self, offset: u64, id: u64, class: u32, count: u32) {
-        if self.ids.len() % CHECKPOINT == 0 {
+        if self.ids.len().is_multiple_of(CHECKPOINT) {
             self.checkpoints.push(offset);
         }
         self.ids.push(id);
