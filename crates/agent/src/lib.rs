@@ -20,6 +20,7 @@
 
 pub mod dump;
 pub mod engine;
+mod heapdump;
 /// The options type, shared with the CLI.
 pub use jvmprof_options as options;
 pub mod sampler;
@@ -191,6 +192,7 @@ impl JvmprofAgent {
         // Classes loaded before the attach need jmethodIDs for AsyncGetCallTrace.
         if let Ok(jni) = vm.attach_current_thread_as_daemon(c"Attach Listener") {
             g.env.prepare_all_loaded_classes(&jni);
+            heapdump::arm(g, &jni, &options);
         }
         match session::start(g, options) {
             Ok(()) => attach_result(true),
@@ -232,13 +234,19 @@ impl Agent for JvmprofAgent {
         }
         let pending = lock(&g.pending).take();
         if let Some(options) = pending {
+            if let Some(jni) = Jni::from_context(&context) {
+                heapdump::arm(g, &jni, &options);
+            }
             start_session(g, options);
         }
     }
 
-    fn vm_death(&self, _context: CallbackContext<'_>) {
+    fn vm_death(&self, context: CallbackContext<'_>) {
         if let Some(Err(e)) = state::get().and_then(session::stop) {
             say(&e);
+        }
+        if let (Some(g), Some(jni)) = (state::get(), Jni::from_context(&context)) {
+            heapdump::on_exit(g, &jni);
         }
     }
 

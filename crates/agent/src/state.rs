@@ -35,6 +35,8 @@ pub struct AgentState {
     pub recorder: Mutex<Option<Arc<Recorder>>>,
     /// The file the current session's owner reads the agent's messages from (`log=`).
     pub log: Mutex<Option<PathBuf>>,
+    /// Where to write a heap dump when the JVM exits (`hprof_on_exit=`).
+    pub exit_dump: Mutex<Option<PathBuf>>,
 }
 
 static STATE: OnceLock<AgentState> = OnceLock::new();
@@ -118,5 +120,6 @@ pub fn init(vm: Vm, attached: bool) -> Result<&'static AgentState, String> {
         pending: Mutex::new(None),
         recorder: Mutex::new(None),
         log: Mutex::new(None),
+        exit_dump: Mutex::new(None),
     }))
 }

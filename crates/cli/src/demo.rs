@@ -65,6 +65,8 @@ pub fn run(args: Args) -> Result<i32> {
         cpu_engine: "auto".into(),
         pid: None,
         duration: None,
+        hprof_on_exit: None,
+        hprof_on_oom: None,
         agent: args.agent,
         command: vec![
             jdk_tool("java"),

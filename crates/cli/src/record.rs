@@ -78,6 +78,13 @@ pub struct Args {
     /// exits). A launched JVM runs on to its end.
     #[arg(long)]
     pub duration: Option<String>,
+    /// Write an HPROF heap dump of the live objects to FILE when the launched JVM exits
+    /// (analyse it with `jvmprof heap FILE`).
+    #[arg(long, value_name = "FILE", conflicts_with = "pid")]
+    pub hprof_on_exit: Option<PathBuf>,
+    /// Have the JVM write an HPROF heap dump to FILE on its first OutOfMemoryError.
+    #[arg(long, value_name = "FILE")]
+    pub hprof_on_oom: Option<PathBuf>,
     /// The agent library (default: libjvmprof_agent.so next to this executable).
     #[arg(long, env = "JVMPROF_AGENT")]
     pub agent: Option<PathBuf>,
@@ -131,6 +138,30 @@ pub fn run(args: Args) -> Result<i32> {
     }
     if let Some(v) = &args.value {
         options.push_str(&format!(",value={v}"));
+    }
+    for (key, file) in [
+        ("hprof_on_exit", &args.hprof_on_exit),
+        ("hprof_on_oom", &args.hprof_on_oom),
+    ] {
+        if let Some(file) = file {
+            let file = std::path::absolute(file)?;
+            match file.parent() {
+                Some(dir) if dir.is_dir() => {}
+                _ => bail!(
+                    "--{}: the directory of {} does not exist",
+                    key.replace('_', "-"),
+                    file.display()
+                ),
+            }
+            if file.display().to_string().contains(',') {
+                bail!(
+                    "--{}: {} has a comma, which the agent's options cannot carry",
+                    key.replace('_', "-"),
+                    file.display()
+                );
+            }
+            options.push_str(&format!(",{key}={}", file.display()));
+        }
     }
     if args.pid.is_some() {
         // The agent stops by itself and writes what was asked for if this process disappears,

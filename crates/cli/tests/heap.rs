@@ -321,3 +321,57 @@ fn truncated_and_corrupt_dumps_name_the_record_and_offset() {
     );
     let _ = std::io::stderr().flush();
 }
+
+#[test]
+fn dumps_on_out_of_memory_and_at_exit_hold_what_the_program_held() {
+    let _guard = serial();
+    for home in jdk_homes() {
+        let jdk = home
+            .as_deref()
+            .map_or("17".into(), |h| h.display().to_string());
+        let dir = scratch(&format!("heap-oom-{}", jdk.replace('/', "_")));
+        let (oom, exit) = (dir.join("oom.hprof"), dir.join("exit.hprof"));
+        for f in [&oom, &exit] {
+            let _ = std::fs::remove_file(f);
+        }
+        let out = record(
+            home.as_deref(),
+            &[
+                "--hprof-on-oom",
+                oom.to_str().unwrap(),
+                "--hprof-on-exit",
+                exit.to_str().unwrap(),
+                "-o",
+                dir.join("p.collapsed").to_str().unwrap(),
+            ],
+            &["-Xmx64m", "HeapOom"],
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let count = |key: &str| -> u64 {
+            stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {key:?} in {stdout}"))
+        };
+        let (filled, kept) = (count("filled "), count("kept "));
+        assert!(filled >= 20 && kept == filled / 2, "{stdout}");
+        // A 1 MiB array: 16-byte header and 1048576 bytes.
+        let array = 16 + (1u64 << 20);
+        for (file, arrays, what) in [(&oom, filled, "oom"), (&exit, kept, "exit")] {
+            let report = heap_json(file);
+            let keep = dominator(&report, "static HeapOom.KEEP");
+            assert_eq!(keep["class"], "java.util.ArrayList", "JDK {jdk} {what}");
+            let retained = keep["retained_bytes"].as_u64().unwrap();
+            // The list, its element array and the byte arrays: no more than a few kB besides.
+            assert!(
+                retained >= arrays * array && retained < arrays * array + 64 * 1024,
+                "JDK {jdk} {what}: {retained} retained for {arrays} arrays"
+            );
+            let suspects = report["suspects"].as_array().unwrap();
+            assert!(
+                suspects.iter().any(|s| s["class"] == "java.util.ArrayList"),
+                "JDK {jdk} {what}: {suspects:?}"
+            );
+        }
+    }
+}

@@ -250,3 +250,82 @@ impl Jni {
         })
     }
 }
+
+impl Jni {
+    /// The platform `com.sun.management.HotSpotDiagnosticMXBean` (a local reference).
+    fn hotspot_diagnostic(&self, c: &Calls<'_>) -> Result<jni::jobject, Error> {
+        let env = c.env;
+        let mf = env
+            .find_class("java/lang/management/ManagementFactory")
+            .ok_or_else(|| err("FindClass(ManagementFactory)"))?;
+        let bean_class = env
+            .find_class("com/sun/management/HotSpotDiagnosticMXBean")
+            .ok_or_else(|| err("FindClass(HotSpotDiagnosticMXBean)"))?;
+        // SAFETY: `mf` is a live class reference; the id names a static method taking a Class.
+        let get = unsafe {
+            env.get_static_method_id(
+                mf,
+                "getPlatformMXBean",
+                "(Ljava/lang/Class;)Ljava/lang/management/PlatformManagedObject;",
+            )
+        }
+        .ok_or_else(|| err("GetStaticMethodID(getPlatformMXBean)"))?;
+        let arg = jni::jvalue { l: bean_class };
+        // SAFETY: static PlatformManagedObject getPlatformMXBean(Class) with a live Class.
+        let bean = unsafe { env.call_static_object_method(mf, get, &[arg]) };
+        c.check("getPlatformMXBean")?;
+        if bean.is_null() {
+            return Err(err("getPlatformMXBean(HotSpotDiagnosticMXBean)"));
+        }
+        Ok(bean)
+    }
+
+    /// `HotSpotDiagnosticMXBean.setVMOption(name, value)`: sets a manageable VM flag such as
+    /// `HeapDumpOnOutOfMemoryError` or `HeapDumpPath`.
+    pub fn set_vm_option(&self, name: &str, value: &str) -> Result<(), Error> {
+        let env = self.env();
+        let c = Calls { env: &env };
+        self.with_local_frame(16, || {
+            let bean = self.hotspot_diagnostic(&c)?;
+            let set = c.method(
+                "com/sun/management/HotSpotDiagnosticMXBean",
+                "setVMOption",
+                "(Ljava/lang/String;Ljava/lang/String;)V",
+            )?;
+            let n = env
+                .new_string_utf(name)
+                .ok_or_else(|| err("NewStringUTF"))?;
+            let v = env
+                .new_string_utf(value)
+                .ok_or_else(|| err("NewStringUTF"))?;
+            // SAFETY: void setVMOption(String, String) on the bean, with two live strings.
+            unsafe {
+                env.call_void_method(bean, set, &[jni::jvalue { l: n }, jni::jvalue { l: v }])
+            };
+            c.check("setVMOption")
+        })
+    }
+
+    /// `HotSpotDiagnosticMXBean.dumpHeap(file, live)`: an HPROF dump written by the JVM.
+    pub fn dump_heap(&self, file: &str, live: bool) -> Result<(), Error> {
+        let env = self.env();
+        let c = Calls { env: &env };
+        self.with_local_frame(16, || {
+            let bean = self.hotspot_diagnostic(&c)?;
+            let dump = c.method(
+                "com/sun/management/HotSpotDiagnosticMXBean",
+                "dumpHeap",
+                "(Ljava/lang/String;Z)V",
+            )?;
+            let f = env
+                .new_string_utf(file)
+                .ok_or_else(|| err("NewStringUTF"))?;
+            let z = jni::jvalue {
+                z: if live { jni::JNI_TRUE } else { jni::JNI_FALSE },
+            };
+            // SAFETY: void dumpHeap(String, boolean) on the bean, with a live string.
+            unsafe { env.call_void_method(bean, dump, &[jni::jvalue { l: f }, z]) };
+            c.check("dumpHeap")
+        })
+    }
+}

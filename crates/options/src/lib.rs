@@ -140,6 +140,11 @@ pub struct Options {
     pub owner_file: Option<PathBuf>,
     /// A file the agent also appends its `jvmprof: ...` messages to (the owner prints them).
     pub log: Option<PathBuf>,
+    /// Have the JVM write an HPROF heap dump here on its first OutOfMemoryError (HotSpot's own
+    /// HeapDumpOnOutOfMemoryError, switched on through the diagnostic MXBean).
+    pub hprof_on_oom: Option<PathBuf>,
+    /// Write an HPROF dump of the live objects here when the JVM exits.
+    pub hprof_on_exit: Option<PathBuf>,
 }
 
 /// What an option string asks the agent to do.
@@ -297,7 +302,7 @@ pub fn process_start_ticks(pid: u32) -> Option<u64> {
     fields.get(19)?.parse().ok()
 }
 
-pub const KNOWN_KEYS: &str = "mode, interval, alloc_interval, live, lock_threshold, file, format, value, threads, depth, engine, cpu_engine, recover_walks, duration, status, flush, server, token, refresh, owner, owner_file, log, stop, reply, query, dump, heap, include, exclude, bba, max_nodes";
+pub const KNOWN_KEYS: &str = "mode, interval, alloc_interval, live, lock_threshold, file, format, value, threads, depth, engine, cpu_engine, recover_walks, duration, status, flush, server, token, refresh, owner, owner_file, log, hprof_on_oom, hprof_on_exit, stop, reply, query, dump, heap, include, exclude, bba, max_nodes";
 
 pub fn parse(text: &str) -> Result<Command, String> {
     let items: Vec<(&str, Option<&str>)> = text
@@ -349,6 +354,8 @@ pub fn parse(text: &str) -> Result<Command, String> {
         owner: None,
         owner_file: None,
         log: None,
+        hprof_on_oom: None,
+        hprof_on_exit: None,
     };
     for &(key, value) in &items {
         let need = || value.ok_or_else(|| format!("option '{key}' needs a value ({key}=...)"));
@@ -455,6 +462,8 @@ pub fn parse(text: &str) -> Result<Command, String> {
             }
             "owner_file" => o.owner_file = Some(PathBuf::from(need()?)),
             "log" => o.log = Some(PathBuf::from(need()?)),
+            "hprof_on_oom" => o.hprof_on_oom = Some(PathBuf::from(need()?)),
+            "hprof_on_exit" => o.hprof_on_exit = Some(PathBuf::from(need()?)),
             "reply" => {}
             "status" => o.status = Some(PathBuf::from(need()?)),
             "flush" => {
