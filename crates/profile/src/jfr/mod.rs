@@ -19,6 +19,10 @@
 //! | `jdk.JavaMonitorEnter` / `jdk.ThreadPark` | `lock_ns` the duration, `lock_count` 1 | `blocked` / `parked` | monitor / parked-on class |
 //! | `jdk.JavaMonitorWait` | `wait_ns`, `wait_count` 1 | `waiting` | monitor class |
 //!
+//! JDK 25's lost CPU-time samples (`jdk.CPUTimeSamplesLost`) count as samples of their thread on
+//! a `[lost: JFR CPU-time samples]` frame, and failed ones on `[unknown: JFR stack walk failed]`
+//! (also counted in the walk failures): CPU time the JVM saw is never dropped.
+//!
 //! Execution and native-method samples share `samples`/`ns` (as cpu and wall samples do in the
 //! agent's profiles); their thread state tells them apart. Periods come from the recording's
 //! `jdk.ActiveSetting` events (JFR's default of 20 ms when absent). A truncated JFR stack trace

@@ -247,9 +247,32 @@ pub(super) fn read(bytes: &[u8]) -> Result<Profile> {
     // Second pass: the samples.
     for chunk in &chunks {
         let kinds = kinds_of(&chunk.meta);
+        let lost = chunk.meta.id("jdk.CPUTimeSamplesLost");
         let mut r = Resolver::new(bytes, chunk);
         for ev in events(bytes, chunk) {
             let (ty, mut c) = ev?;
+            if Some(ty) == lost && cpu == Some(Kind::CpuTimeSample) {
+                // CPU time the sampler saw but could not record: the thread's all the same.
+                let ev = Event::read(chunk, ty, &mut c)?;
+                let n = ev.int("lostSamples").unwrap_or(0).max(0) as u64;
+                let thread = r.thread(
+                    &mut b,
+                    ev.field_type("eventThread"),
+                    ev.ref_key("eventThread"),
+                )?;
+                let f = b.frame(Frame::synthetic(
+                    FrameKind::Synthetic,
+                    "[lost: JFR CPU-time samples]",
+                ));
+                let stack = b.stack(&[f]);
+                let mut values = vec![0u64; nmetrics];
+                if let (Some(i), Some(j)) = (ix.samples, ix.ns) {
+                    values[i] = n;
+                    values[j] = n.saturating_mul(cpu_period);
+                }
+                b.add(thread, stack, ThreadState::Running, &values);
+                continue;
+            }
             let Some(&kind) = kinds.get(&ty) else {
                 continue;
             };
@@ -257,12 +280,9 @@ pub(super) fn read(bytes: &[u8]) -> Result<Profile> {
                 continue;
             }
             let ev = Event::read(chunk, ty, &mut c)?;
-            if kind == Kind::CpuTimeSample
-                && ev.get("failed").and_then(Value::as_bool) == Some(true)
-            {
-                failed += 1;
-                continue;
-            }
+            let failed_walk = kind == Kind::CpuTimeSample
+                && ev.get("failed").and_then(Value::as_bool) == Some(true);
+            failed += u64::from(failed_walk);
             let mut values = vec![0u64; nmetrics];
             let mut set = |i: Option<usize>, v: u64| {
                 if let Some(i) = i {
@@ -332,6 +352,14 @@ pub(super) fn read(bytes: &[u8]) -> Result<Profile> {
                 thread_key,
             )?;
             let stack = match ev.ref_key("stackTrace") {
+                // A failed CPU-time sample has no stack: counted on a frame that says so.
+                _ if failed_walk => {
+                    let f = b.frame(Frame::synthetic(
+                        FrameKind::Synthetic,
+                        "[unknown: JFR stack walk failed]",
+                    ));
+                    Some(b.stack(&[f]))
+                }
                 Some(k) => r.stack(&mut b, ev.field_type("stackTrace"), k)?,
                 None => None,
             };
@@ -861,7 +889,11 @@ impl<'a> Resolver<'a> {
                     None => String::new(),
                 })
             };
-            let (name, descriptor) = (text("name")?, text("descriptor")?);
+            let (name, mut descriptor) = (text("name")?, text("descriptor")?);
+            if descriptor == "()" {
+                // What the writer puts for frames without a descriptor.
+                descriptor.clear();
+            }
             let class = match (
                 self.field_type(ty, "type"),
                 self.field(ty, &v, "type").and_then(Value::as_ref_key),

@@ -717,7 +717,14 @@ pub(super) fn write(profile: &Profile, mut out: impl Write) -> Result<()> {
             let f = &profile.frames[f as usize];
             let class = pools.class(&f.class);
             let name = pools.symbols.key(&f.method);
-            let descriptor = pools.symbols.key(&f.descriptor);
+            // `jfr print` fails on an empty descriptor; `()` is never a real one, and reads
+            // back as empty.
+            let descriptor = if f.descriptor.is_empty() {
+                "()"
+            } else {
+                &f.descriptor
+            };
+            let descriptor = pools.symbols.key(&descriptor.to_string());
             p.varint(pools.methods.key(&(class, name, descriptor)));
             p.varint(u64::from(f.line));
             p.varint(0);
