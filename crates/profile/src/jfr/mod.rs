@@ -1,5 +1,6 @@
-//! JFR (`.jfr`): Java Flight Recorder recordings, read (JDK 11 to 25, and async-profiler's) and
-//! written (readable by `jfr print` and JMC).
+//! JFR (`.jfr`): Java Flight Recorder recordings, read (format 2.x of JDK 11 to 25; tested on
+//! JDK 17 and 25 recordings) and written (read by `jfr print` and `jfr summary` of JDK 17 and 25;
+//! JMC untested).
 //!
 //! A recording is a sequence of chunks. Each chunk has a 68-byte header (magic `FLR\0`, version
 //! 2.x, size, constant-pool and metadata offsets, start time, tick frequency), a metadata event

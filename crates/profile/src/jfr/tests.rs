@@ -149,6 +149,25 @@ fn our_recordings_read_back_with_the_same_stacks_and_values() {
 }
 
 #[test]
+fn every_chunk_of_a_recording_is_read() {
+    // JFR rotates chunks; a file of several is their concatenation, each with its own pools.
+    let (a, b) = (sample_profile(), mixed_profile());
+    let mut bytes = Vec::new();
+    write(&a, &mut bytes).unwrap();
+    write(&b, &mut bytes).unwrap();
+    let both = read(&bytes).unwrap();
+    let mut expected = canonical(&a);
+    for (k, v) in canonical(&b) {
+        *expected.entry(k).or_insert(0) += v;
+    }
+    assert_eq!(canonical(&both), expected);
+    assert_eq!(
+        both.meta.start_unix_ms,
+        a.meta.start_unix_ms.min(b.meta.start_unix_ms)
+    );
+}
+
+#[test]
 fn huge_object_counts_keep_bytes_exact_with_a_bounded_number_of_events() {
     let mut p = alloc_profile();
     p.samples[1].values = vec![48_000_000, 3_000_000];
