@@ -1,4 +1,5 @@
-//! `jvmprof convert IN -o OUT`: between the output formats (the input is recognized by content).
+//! `jvmprof convert IN -o OUT`: between the output formats (the input is recognized by content,
+//! so a JDK Flight Recorder `.jfr` recording converts like our own files, and `-o x.jfr` writes one).
 
 use anyhow::{Context, Result};
 use jvmprof_profile::{ExportOptions, Format};
@@ -6,9 +7,11 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The profile to read: .jvmprof, pprof (.pb.gz) or collapsed.
+    /// The profile to read: .jvmprof, a JFR recording (.jfr, JDK 11-25), pprof (.pb.gz) or
+    /// collapsed.
     pub input: PathBuf,
-    /// The file to write; its extension picks the format.
+    /// The file to write; its extension picks the format (.html, .collapsed, .pb.gz,
+    /// .speedscope.json, .dot, .jfr, .jvmprof).
     #[arg(short = 'o', long = "output")]
     pub output: PathBuf,
     /// Output format, overriding the extension.

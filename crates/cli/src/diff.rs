@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The baseline profile (.jvmprof, pprof or collapsed).
+    /// The baseline profile (.jvmprof, JFR recording, pprof or collapsed).
     pub base: PathBuf,
     /// The profile to compare with it.
     pub new: PathBuf,

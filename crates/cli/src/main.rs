@@ -33,9 +33,9 @@ struct Cli {
 enum Command {
     /// Run a JVM under the profiler (`-- java ...`) or attach to one (`--pid`).
     Record(record::Args),
-    /// Text report: top methods by self and total.
+    /// Text report: top methods by self and total (of our profiles or a JFR recording).
     Report(report::Args),
-    /// Convert a profile between formats.
+    /// Convert a profile between formats (a JFR recording too, in and out).
     Convert(convert::Args),
     /// Profile a bundled Java demo and write demo.html.
     Demo(demo::Args),

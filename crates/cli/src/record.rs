@@ -48,7 +48,7 @@ pub struct Args {
     #[arg(long)]
     pub threads: bool,
     /// Output file; its extension picks the format (.html, .collapsed, .pb.gz,
-    /// .speedscope.json, .jvmprof, ...).
+    /// .speedscope.json, .jfr, .jvmprof, ...).
     #[arg(short = 'o', long = "output", default_value = "profile.html")]
     pub output: PathBuf,
     /// Output format, overriding the extension.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// A profile: .jvmprof, pprof (.pb.gz) or collapsed.
+    /// A profile: .jvmprof, a JFR recording (.jfr), pprof (.pb.gz) or collapsed.
     pub file: PathBuf,
     /// How many methods to list.
     #[arg(long, default_value_t = 20)]

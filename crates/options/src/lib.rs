@@ -237,6 +237,18 @@ impl Options {
                 ));
             }
         }
+        if format == Format::Jfr
+            && self.sampling.is_none()
+            && self.alloc.is_none()
+            && self.lock.is_none()
+        {
+            return Err(format!(
+                "{}: a JFR recording carries cpu/wall, alloc and lock samples, not {} mode's \
+                 calls and bytecodes (write .jvmprof, .collapsed or .html)",
+                path.display(),
+                self.modes().join("+")
+            ));
+        }
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
@@ -727,6 +739,12 @@ mod tests {
                 .contains("does not exist")
         );
         assert!(cpu.check_output(&dir, None, None).is_err(), "a directory");
+        let jfr = dir.join("x.jfr");
+        assert_eq!(cpu.check_output(&jfr, None, None).unwrap(), Format::Jfr);
+        assert!(lock.check_output(&jfr, None, None).is_ok());
+        let exact = start("mode=exact");
+        let e = exact.check_output(&jfr, None, None).unwrap_err();
+        assert!(e.contains("not exact mode's calls and bytecodes"), "{e}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{Metric, Profile};
-use crate::{collapsed, dot, flamegraph, native, pprof, speedscope};
+use crate::{collapsed, dot, flamegraph, jfr, native, pprof, speedscope};
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
@@ -23,16 +23,19 @@ pub enum Format {
     Speedscope,
     /// `.dot`: Graphviz call graph, one metric, write only.
     Dot,
+    /// `.jfr`: Java Flight Recorder recording, samples, alloc and lock metrics, readable.
+    Jfr,
 }
 
 impl Format {
-    pub const ALL: [Format; 6] = [
+    pub const ALL: [Format; 7] = [
         Format::Native,
         Format::Collapsed,
         Format::Html,
         Format::Pprof,
         Format::Speedscope,
         Format::Dot,
+        Format::Jfr,
     ];
 
     /// The `--format` name.
@@ -44,6 +47,7 @@ impl Format {
             Format::Pprof => "pprof",
             Format::Speedscope => "speedscope",
             Format::Dot => "dot",
+            Format::Jfr => "jfr",
         }
     }
 
@@ -56,6 +60,7 @@ impl Format {
             Format::Pprof => "pb.gz",
             Format::Speedscope => "speedscope.json",
             Format::Dot => "dot",
+            Format::Jfr => "jfr",
         }
     }
 
@@ -70,9 +75,10 @@ impl Format {
             "pprof" | "pb.gz" | "pb" => Format::Pprof,
             "speedscope" | "speedscope.json" => Format::Speedscope,
             "dot" | "graphviz" => Format::Dot,
+            "jfr" => Format::Jfr,
             _ => {
                 return Err(Error::UnknownFormat(format!(
-                    "{s:?} (known: jvmprof, collapsed, html, pprof, speedscope, dot)"
+                    "{s:?} (known: jvmprof, collapsed, html, pprof, speedscope, dot, jfr)"
                 )));
             }
         })
@@ -100,10 +106,12 @@ impl Format {
             Format::Speedscope
         } else if name.ends_with(".dot") || name.ends_with(".gv") {
             Format::Dot
+        } else if name.ends_with(".jfr") {
+            Format::Jfr
         } else {
             return Err(Error::UnknownFormat(
                 "no format for this file name (use .jvmprof, .collapsed, .txt, .html, .pb.gz, \
-                 .speedscope.json or .dot, or --format)"
+                 .speedscope.json, .dot or .jfr, or --format)"
                     .to_string(),
             )
             .in_file(path));
@@ -192,12 +200,13 @@ pub fn write(
             &mut out,
         )?,
         Format::Html => flamegraph::write(profile, options, &mut out)?,
+        Format::Jfr => jfr::write(profile, &mut out)?,
     }
     Ok(())
 }
 
-/// Reads a profile from bytes, recognized by content: the native magic header, gzip (pprof), UTF-8
-/// text (collapsed), else an uncompressed pprof message.
+/// Reads a profile from bytes, recognized by content: the native magic header, JFR's `FLR\0`,
+/// gzip (pprof), UTF-8 text (collapsed), else an uncompressed pprof message.
 pub fn read_bytes(bytes: &[u8]) -> Result<Profile> {
     if bytes.is_empty() {
         // An empty collapsed file would be an empty profile, but an empty file is far more
@@ -206,6 +215,8 @@ pub fn read_bytes(bytes: &[u8]) -> Result<Profile> {
     }
     if native::sniff(bytes) {
         native::read(bytes)
+    } else if jfr::sniff(bytes) {
+        jfr::read(bytes)
     } else if pprof::sniff_gzip(bytes) {
         pprof::read(bytes)
     } else if std::str::from_utf8(bytes).is_ok() {
@@ -213,8 +224,8 @@ pub fn read_bytes(bytes: &[u8]) -> Result<Profile> {
     } else {
         pprof::read(bytes).map_err(|e| match e {
             Error::Invalid { .. } => Error::UnknownFormat(
-                "not a jvmprof, pprof or collapsed file (no jvmprof header, not gzip, not text, \
-                 not a pprof message)"
+                "not a jvmprof, JFR, pprof or collapsed file (no jvmprof or JFR header, not gzip, \
+                 not text, not a pprof message)"
                     .to_string(),
             ),
             e => e,
@@ -222,7 +233,7 @@ pub fn read_bytes(bytes: &[u8]) -> Result<Profile> {
     }
 }
 
-/// Reads a native, pprof or collapsed file, recognized by content (not by extension). Errors name
+/// Reads a native, JFR, pprof or collapsed file, recognized by content (not by extension). Errors name
 /// the file.
 pub fn read_any(path: impl AsRef<Path>) -> Result<Profile> {
     let path = path.as_ref();
@@ -257,7 +268,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "/tmp/out.json: unknown format: no format for this file name (use .jvmprof, \
-             .collapsed, .txt, .html, .pb.gz, .speedscope.json or .dot, or --format)"
+             .collapsed, .txt, .html, .pb.gz, .speedscope.json, .dot or .jfr, or --format)"
         );
         assert_eq!(
             Format::from_path(Path::new("calls.dot")).unwrap(),
@@ -278,7 +289,7 @@ mod tests {
         assert_eq!(Format::parse("HTML").unwrap(), Format::Html);
         assert_eq!(
             Format::parse("svg").unwrap_err().to_string(),
-            "unknown format: \"svg\" (known: jvmprof, collapsed, html, pprof, speedscope, dot)"
+            "unknown format: \"svg\" (known: jvmprof, collapsed, html, pprof, speedscope, dot, jfr)"
         );
     }
 
@@ -358,8 +369,8 @@ mod tests {
         assert_eq!(
             read_any(&binary).unwrap_err().to_string(),
             format!(
-                "{}: unknown format: not a jvmprof, pprof or collapsed file (no jvmprof header, \
-                 not gzip, not text, not a pprof message)",
+                "{}: unknown format: not a jvmprof, JFR, pprof or collapsed file (no jvmprof or \
+                 JFR header, not gzip, not text, not a pprof message)",
                 binary.display()
             )
         );

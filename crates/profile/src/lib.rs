@@ -6,7 +6,8 @@
 //!
 //! Formats, one module each: [`native`] (`.jvmprof`, lossless, read and written), [`collapsed`]
 //! (`.collapsed`/`.txt`, read and written), [`flamegraph`] (`.html`), [`pprof`] (`.pb.gz`, read
-//! and written), [`speedscope`] (`.speedscope.json`), [`dot`] (Graphviz call graph), the text
+//! and written), [`jfr`] (`.jfr`, read and written), [`speedscope`] (`.speedscope.json`),
+//! [`dot`] (Graphviz call graph), the text
 //! [`report`] and [`diff`] of two profiles. [`Format`], [`write`] and [`read_any`] pick among
 //! them by file name, `--format` name or content.
 
@@ -18,6 +19,7 @@ pub mod dot;
 pub mod error;
 pub mod flamegraph;
 pub mod format;
+pub mod jfr;
 pub mod model;
 pub mod native;
 pub mod pprof;
