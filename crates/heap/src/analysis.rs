@@ -158,7 +158,7 @@ pub fn analyze(heap: &Heap, options: &Options) -> crate::Result<HeapReport> {
     Ok(HeapReport {
         objects: heap.objects() as u64,
         bytes,
-        reachable_objects: doms.preorder.len() as u64,
+        reachable_objects: doms.reachable_count,
         reachable_bytes,
         layout: format!(
             "{}-byte object headers, {}-byte references ({})",
@@ -336,9 +336,11 @@ fn tree(
 /// each step by reading the holder back from the file.
 struct Paths<'h> {
     heap: &'h Heap,
-    /// Per object: the previous object on its shortest path, or `ROOT + root index`.
+    /// Per object: the previous object on its shortest path, [`TOP`] at a root, [`NONE`]
+    /// when unreachable.
     previous: Vec<u32>,
-    root_of: Vec<u32>,
+    /// Root object -> the root (index into `heap.roots`) that names it.
+    root_of: std::collections::HashMap<u32, u32>,
     locator: crate::reader::Locator,
 }
 
@@ -346,23 +348,22 @@ impl<'h> Paths<'h> {
     fn new(heap: &'h Heap) -> crate::Result<Paths<'h>> {
         let n = heap.objects();
         let mut previous = vec![NONE; n];
-        let mut root_of = vec![NONE; n];
+        let mut root_of = std::collections::HashMap::new();
         let mut order: Vec<usize> = (0..heap.roots.len()).collect();
         order.sort_by_key(|&r| root_rank(&heap.roots[r].1));
         let mut queue = VecDeque::new();
         for r in order {
-            let o = heap.roots[r].0 as usize;
-            if root_of[o] == NONE {
-                root_of[o] = r as u32;
-                previous[o] = TOP;
-                queue.push_back(o as u32);
+            let o = heap.roots[r].0;
+            if previous[o as usize] == NONE {
+                root_of.insert(o, r as u32);
+                previous[o as usize] = TOP;
+                queue.push_back(o);
             }
         }
         while let Some(v) = queue.pop_front() {
             for &w in heap.successors(v) {
                 if previous[w as usize] == NONE {
                     previous[w as usize] = v;
-                    root_of[w as usize] = root_of[v as usize];
                     queue.push_back(w);
                 }
             }
@@ -391,11 +392,9 @@ impl<'h> Paths<'h> {
             }
         }
         chain.reverse();
-        let r = self.root_of[chain[0] as usize];
-        let mut out = vec![if r == NONE {
-            "unreachable".to_string()
-        } else {
-            self.root_label(r as usize)?
+        let mut out = vec![match self.root_of.get(&chain[0]) {
+            Some(&r) => self.root_label(r as usize)?,
+            None => "unreachable".to_string(),
         }];
         for pair in chain.windows(2) {
             let to_id = self.id(pair[1])?;

@@ -17,8 +17,8 @@ pub struct Dominators {
     pub idom: Vec<u32>,
     /// Per object: retained bytes (its own and all it dominates); 0 when unreachable.
     pub retained: Vec<u64>,
-    /// Reachable objects in DFS preorder (every object after its dominator).
-    pub preorder: Vec<u32>,
+    /// How many objects are reachable from the roots.
+    pub reachable_count: u64,
 }
 
 impl Dominators {
@@ -34,23 +34,24 @@ impl Dominators {
         let mut top = Vec::new();
         for &d in &self.idom {
             if d != NONE && d != TOP {
-                starts[d as usize + 1] += 1;
+                starts[d as usize] += 1;
             }
         }
+        // Running sums make starts[i] the end of i's children; placing each child at
+        // --starts[d] leaves starts[i] at their beginning.
         for i in 0..n {
             starts[i + 1] += starts[i];
         }
-        let mut fill = starts.clone();
         let mut kids = vec![0u32; starts[n] as usize];
-        for &i in &self.preorder {
-            let d = self.idom[i as usize];
+        for (i, &d) in self.idom.iter().enumerate().rev() {
             if d == TOP {
-                top.push(i);
-            } else {
-                kids[fill[d as usize] as usize] = i;
-                fill[d as usize] += 1;
+                top.push(i as u32);
+            } else if d != NONE {
+                starts[d as usize] -= 1;
+                kids[starts[d as usize] as usize] = i as u32;
             }
         }
+        top.reverse();
         (starts, kids, top)
     }
 }
@@ -104,7 +105,10 @@ pub fn compute_csr(starts: &[u32], edges: &[u32], roots: &[u32], shallow: &[u32]
     }
     let count = vertex.len();
 
-    // 2. Predecessors in DFS-number space (the virtual root precedes every GC root).
+    // 2. Predecessors in DFS-number space (the virtual root precedes every GC root), kept only
+    //    for nodes with two or more: a node with one predecessor was reached from it, so its
+    //    semidominator is its DFS parent (and so is its immediate dominator). On heaps most
+    //    objects have one referrer.
     let mut pstart = vec![0u32; count + 1];
     for &r in &roots {
         pstart[dfn[r as usize] as usize + 1] += 1;
@@ -114,25 +118,36 @@ pub fn compute_csr(starts: &[u32], edges: &[u32], roots: &[u32], shallow: &[u32]
             pstart[dfn[w as usize] as usize + 1] += 1;
         }
     }
+    for c in pstart.iter_mut() {
+        if *c == 1 {
+            *c = 0;
+        }
+    }
     for i in 0..count {
         pstart[i + 1] += pstart[i];
     }
     let mut preds = vec![0u32; pstart[count] as usize];
     {
+        let stored = |w: usize| pstart[w + 1] > pstart[w];
         let mut fill = pstart.clone();
         for &r in &roots {
             let w = dfn[r as usize] as usize;
-            preds[fill[w] as usize] = 0;
-            fill[w] += 1;
+            if stored(w) {
+                preds[fill[w] as usize] = 0;
+                fill[w] += 1;
+            }
         }
         for (d, &v) in vertex.iter().enumerate().skip(1) {
             for &w in successors(v) {
                 let w = dfn[w as usize] as usize;
-                preds[fill[w] as usize] = d as u32;
-                fill[w] += 1;
+                if stored(w) {
+                    preds[fill[w] as usize] = d as u32;
+                    fill[w] += 1;
+                }
             }
         }
     }
+    drop(dfn);
 
     // 3. Semidominators, in reverse preorder, with path-compressed evaluation.
     let mut semi: Vec<u32> = (0..count as u32).collect();
@@ -140,7 +155,11 @@ pub fn compute_csr(starts: &[u32], edges: &[u32], roots: &[u32], shallow: &[u32]
     let mut ancestor = vec![NONE; count];
     let mut path = Vec::new();
     for w in (1..count).rev() {
-        for &v in &preds[pstart[w] as usize..pstart[w + 1] as usize] {
+        let stored = &preds[pstart[w] as usize..pstart[w + 1] as usize];
+        if stored.is_empty() {
+            semi[w] = parent[w];
+        }
+        for &v in stored {
             let u = eval(v, &mut ancestor, &mut label, &semi, &mut path);
             if semi[u as usize] < semi[w] {
                 semi[w] = semi[u as usize];
@@ -161,31 +180,32 @@ pub fn compute_csr(starts: &[u32], edges: &[u32], roots: &[u32], shallow: &[u32]
     }
     drop(semi);
 
-    // 5. Retained sizes, children before their dominators.
-    let mut retained = vec![0u64; count];
-    for w in 1..count {
-        retained[w] = u64::from(shallow[vertex[w] as usize]);
-    }
-    for w in (1..count).rev() {
-        let d = idom[w] as usize;
-        retained[d] += retained[w];
-    }
-
+    // 5. Into object space; then retained sizes, each object before its dominator (reverse
+    //    preorder).
     let mut by_object = Dominators {
         idom: vec![NONE; n],
-        retained: vec![0; n],
-        preorder: Vec::with_capacity(count - 1),
+        retained: Vec::new(),
+        reachable_count: count as u64 - 1,
     };
     for w in 1..count {
-        let o = vertex[w] as usize;
-        by_object.idom[o] = if idom[w] == 0 {
+        by_object.idom[vertex[w] as usize] = if idom[w] == 0 {
             TOP
         } else {
             vertex[idom[w] as usize]
         };
-        by_object.retained[o] = retained[w];
-        by_object.preorder.push(vertex[w]);
     }
+    drop(idom);
+    let mut retained = vec![0u64; n];
+    for &o in &vertex[1..] {
+        retained[o as usize] = u64::from(shallow[o as usize]);
+    }
+    for &o in vertex[1..].iter().rev() {
+        let d = by_object.idom[o as usize];
+        if d != TOP {
+            retained[d as usize] += retained[o as usize];
+        }
+    }
+    by_object.retained = retained;
     by_object
 }
 

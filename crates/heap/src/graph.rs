@@ -9,6 +9,7 @@
 //! add a 4-byte length; every object is rounded up to 8 bytes.
 
 use crate::error::{Error, Result};
+use crate::ids::IdIndex;
 use crate::reader::{self, CHECKPOINT, ClassDump, FrameRecord, Header, Root, Segment, Visitor, ty};
 use std::collections::HashMap;
 use std::path::Path;
@@ -131,9 +132,7 @@ pub struct Heap {
     class_index: HashMap<u64, u32>,
     /// Dense index of a class object -> class-table index.
     class_by_object: HashMap<u32, u32>,
-    sorted_ids: Vec<u64>,
-    /// Sorted position -> dense index; empty when the file order is already sorted.
-    file_index: Vec<u32>,
+    ids: IdIndex,
     segments: Vec<Segment>,
     checkpoints: Vec<u64>,
     path: std::path::PathBuf,
@@ -146,12 +145,7 @@ impl Heap {
 
     /// Dense index of the object with this id.
     pub fn index_of(&self, id: u64) -> Option<u32> {
-        let p = self.sorted_ids.binary_search(&id).ok()?;
-        Some(if self.file_index.is_empty() {
-            p as u32
-        } else {
-            self.file_index[p]
-        })
+        self.ids.get(id)
     }
 
     pub fn successors(&self, i: u32) -> &[u32] {
@@ -255,24 +249,11 @@ pub fn load(path: &Path, progress: Progress<'_>) -> Result<Heap> {
         }
     }
     let layout = guess_layout(&header, &ids);
-    let mut sorted_ids = ids;
-    let already_sorted = sorted_ids.windows(2).all(|w| w[0] < w[1]);
-    let file_index = if already_sorted {
-        Vec::new()
-    } else {
-        let mut order: Vec<u32> = (0..sorted_ids.len() as u32).collect();
-        order.sort_unstable_by_key(|&i| sorted_ids[i as usize]);
-        let sorted: Vec<u64> = order.iter().map(|&i| sorted_ids[i as usize]).collect();
-        sorted_ids = sorted;
-        order
-    };
-    if let Some(w) = sorted_ids.windows(2).find(|w| w[0] == w[1]) {
-        return Err(Error::Corrupt {
-            record: "the heap dump",
-            offset: 0,
-            detail: format!("two objects have the id 0x{:x}", w[0]),
-        });
-    }
+    let ids = IdIndex::build(ids).map_err(|id| Error::Corrupt {
+        record: "the heap dump",
+        offset: 0,
+        detail: format!("two objects have the id 0x{id:x}"),
+    })?;
     let mut heap = Heap {
         header: header.clone(),
         layout,
@@ -288,8 +269,7 @@ pub fn load(path: &Path, progress: Progress<'_>) -> Result<Heap> {
         dangling: 0,
         class_index: HashMap::new(),
         class_by_object: HashMap::new(),
-        sorted_ids,
-        file_index,
+        ids,
         segments,
         checkpoints,
         path: path.to_path_buf(),

@@ -13,6 +13,7 @@ pub mod analysis;
 pub mod dominators;
 pub mod error;
 pub mod graph;
+pub mod ids;
 pub mod reader;
 pub mod render;
 
