@@ -341,8 +341,11 @@ fn dumps_on_out_of_memory_and_at_exit_hold_what_the_program_held() {
                 oom.to_str().unwrap(),
                 "--hprof-on-exit",
                 exit.to_str().unwrap(),
+                "--mode",
+                "alloc",
+                "--live",
                 "-o",
-                dir.join("p.collapsed").to_str().unwrap(),
+                dir.join("p.jvmprof").to_str().unwrap(),
             ],
             &["-Xmx64m", "HeapOom"],
         );
@@ -372,6 +375,44 @@ fn dumps_on_out_of_memory_and_at_exit_hold_what_the_program_held() {
                 suspects.iter().any(|s| s["class"] == "java.util.ArrayList"),
                 "JDK {jdk} {what}: {suspects:?}"
             );
+            assert_eq!(
+                keep["retained_classes"][0]["class"], "byte[]",
+                "JDK {jdk} {what}"
+            );
+            assert_eq!(
+                keep["retained_classes"][0]["instances"], arrays,
+                "JDK {jdk} {what}"
+            );
         }
+        // Joined to the allocation profile of the same run: the arrays the list retains were
+        // allocated in HeapOom.main, and those still alive at exit are the live bytes.
+        let out = run_ok(
+            Command::new(jvmprof())
+                .arg("heap")
+                .arg(&exit)
+                .args(["--format", "json", "--alloc"])
+                .arg(dir.join("p.jvmprof")),
+        );
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let keep = dominator(&report, "static HeapOom.KEEP");
+        let site = &keep["allocated_at"][0];
+        assert_eq!(site["class"], "byte[]", "JDK {jdk}: {keep}");
+        assert_eq!(site["metric"], "live_bytes", "JDK {jdk}: {keep}");
+        assert!(
+            site["stack"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f == "HeapOom.main"),
+            "JDK {jdk}: {site}"
+        );
+        let text = run_ok(
+            Command::new(jvmprof())
+                .arg("heap")
+                .arg(&exit)
+                .arg("--alloc")
+                .arg(dir.join("p.jvmprof")),
+        );
+        assert!(String::from_utf8_lossy(&text.stdout).contains("byte[] allocated at"));
     }
 }

@@ -48,6 +48,34 @@ pub struct Retainer {
     pub root: String,
     /// The shortest path from that root: the root, then each field or array slot on the way.
     pub path: Vec<String>,
+    /// What its retained set is made of: the classes with the most shallow bytes in it.
+    pub retained_classes: Vec<ClassShare>,
+    /// Where objects of its class and of its retained set's classes were allocated, from an
+    /// allocation profile of the same run (`--alloc`), heaviest first; empty without one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allocated_at: Vec<AllocationSite>,
+}
+
+/// Instances and shallow bytes of one class inside a retained set.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClassShare {
+    pub class: String,
+    pub instances: u64,
+    pub shallow_bytes: u64,
+}
+
+/// One allocation stack of a class, from an allocation profile joined to the dump.
+#[derive(Clone, Debug, Serialize)]
+pub struct AllocationSite {
+    /// The allocated class.
+    pub class: String,
+    /// Frames, root first (the allocated type is not repeated at the leaf).
+    pub stack: Vec<String>,
+    /// Bytes of sampled objects of this stack still alive at the end of the run (or allocated,
+    /// when the profile has no live metric).
+    pub bytes: u64,
+    /// Which metric `bytes` is: `live_bytes` or `bytes`.
+    pub metric: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -70,6 +98,35 @@ pub struct TreeNode {
     pub parent: i64,
     /// The path from a GC root, filled for every node shown.
     pub path: Vec<String>,
+}
+
+impl HeapReport {
+    /// Names the allocation stacks of each top retainer's class: `sites` maps a class name (Java
+    /// form, as the report writes it) to its stacks, heaviest first.
+    pub fn join_allocations(
+        &mut self,
+        sites: &std::collections::HashMap<String, Vec<AllocationSite>>,
+        per_class: usize,
+    ) {
+        for d in &mut self.dominators {
+            let mut classes = vec![d.class.clone()];
+            // A class of the retained set counts when it is most of it: its allocation sites
+            // then explain this retainer rather than the class at large.
+            for c in &d.retained_classes {
+                if c.shallow_bytes * 2 >= d.retained_bytes && !classes.contains(&c.class) {
+                    classes.push(c.class.clone());
+                }
+            }
+            let mut found: Vec<AllocationSite> = classes
+                .iter()
+                .filter_map(|c| sites.get(c))
+                .flat_map(|list| list.iter().take(per_class).cloned())
+                .collect();
+            found.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.stack.cmp(&b.stack)));
+            found.truncate(per_class);
+            d.allocated_at = found;
+        }
+    }
 }
 
 /// Options of the analysis.
@@ -135,13 +192,16 @@ pub fn analyze(heap: &Heap, options: &Options) -> crate::Result<HeapReport> {
     let mut dominators = Vec::new();
     for &i in sorted_top.iter().take(options.top) {
         let path = paths.path(i)?;
+        let retained_classes = retained_classes(heap, &kid_starts, &kids, i);
         dominators.push(Retainer {
+            retained_classes,
             id: format!("0x{:x}", paths.id(i)?),
             class: heap.class(i).name.clone(),
             shallow_bytes: u64::from(heap.shallow[i as usize]),
             retained_bytes: doms.retained[i as usize],
             root: path.first().cloned().unwrap_or_default(),
             path,
+            allocated_at: Vec::new(),
         });
     }
     let suspects = suspects(heap, &doms, &sorted_top, reachable_bytes, options);
@@ -177,6 +237,30 @@ pub fn analyze(heap: &Heap, options: &Options) -> crate::Result<HeapReport> {
         suspects,
         tree,
     })
+}
+
+/// The three classes with the most shallow bytes in the dominator subtree of `i`.
+fn retained_classes(heap: &Heap, kid_starts: &[u32], kids: &[u32], i: u32) -> Vec<ClassShare> {
+    let mut per_class: std::collections::HashMap<u32, (u64, u64)> = Default::default();
+    let mut stack = vec![i];
+    while let Some(v) = stack.pop() {
+        let e = per_class.entry(heap.class_of[v as usize]).or_default();
+        e.0 += 1;
+        e.1 += u64::from(heap.shallow[v as usize]);
+        stack.extend_from_slice(
+            &kids[kid_starts[v as usize] as usize..kid_starts[v as usize + 1] as usize],
+        );
+    }
+    let mut list: Vec<(u32, (u64, u64))> = per_class.into_iter().collect();
+    list.sort_by(|a, b| b.1.1.cmp(&a.1.1).then(a.0.cmp(&b.0)));
+    list.into_iter()
+        .take(3)
+        .map(|(c, (n, b))| ClassShare {
+            class: heap.classes[c as usize].name.clone(),
+            instances: n,
+            shallow_bytes: b,
+        })
+        .collect()
 }
 
 /// Per class, the bytes its instances retain together: the retained size of every instance

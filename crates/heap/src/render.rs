@@ -37,6 +37,24 @@ pub fn text(report: &HeapReport, top: usize) -> String {
         if d.path.len() > 1 {
             let _ = writeln!(s, "  {:>12} {:>10}  path: {}", "", "", d.path.join(" -> "));
         }
+        for site in &d.allocated_at {
+            let _ = writeln!(
+                s,
+                "  {:>12} {:>10}  {} allocated at ({} {}): {}",
+                "",
+                "",
+                site.class,
+                site.bytes,
+                site.metric,
+                site.stack
+                    .iter()
+                    .rev()
+                    .take(6)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(" <- ")
+            );
+        }
     }
     let _ = writeln!(s, "\nClass histogram (by retained bytes):");
     let _ = writeln!(
@@ -120,7 +138,9 @@ function item(i){
   li.appendChild(d);
   let ul=null;
   d.addEventListener('click',()=>{
-    document.getElementById('path').textContent = n.path.length? n.path.join('\n  -> ') : '(path not kept for this node)';
+    const sites=(R.dominators.find(x=>x.id===n.id)||{}).allocated_at||[];
+    document.getElementById('path').textContent = (n.path.length? n.path.join('\n  -> ') : '(path not kept for this node)') +
+      sites.map(x=>'\n'+x.class+' allocated at ('+x.bytes+' '+x.metric+'):\n    '+x.stack.slice().reverse().join('\n    ')).join('');
     if(!kids[i].length)return;
     if(ul){ul.remove();ul=null;tw.textContent='▸';return;}
     ul=el('ul',{class:'tree'});for(const k of kids[i])ul.appendChild(item(k));li.appendChild(ul);tw.textContent='▾';
