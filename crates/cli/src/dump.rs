@@ -27,6 +27,13 @@ pub struct Args {
     /// With --hprof: dump only reachable objects (the JVM runs a full GC first).
     #[arg(long, requires = "hprof")]
     pub live: bool,
+    /// With --hprof: also upload the dump to the collector this JVM streams to (HOST:PORT),
+    /// which analyses it and shows the report in its UI.
+    #[arg(long, value_name = "HOST:PORT", requires = "hprof")]
+    pub server: Option<String>,
+    /// The collector's token, for --server.
+    #[arg(long, env = "JVMPROF_TOKEN", requires = "server")]
+    pub token: Option<String>,
     /// The agent library (default: next to this executable).
     #[arg(long, env = "JVMPROF_AGENT")]
     pub agent: Option<PathBuf>,
@@ -37,7 +44,11 @@ pub fn run(args: Args) -> Result<i32> {
         bail!("--format must be text or json, not '{}'", args.format);
     }
     if let Some(file) = &args.hprof {
-        return hprof(args.pid, file, args.live);
+        hprof(args.pid, file, args.live)?;
+        if let Some(server) = &args.server {
+            upload(server, args.token.as_deref(), args.pid, file)?;
+        }
+        return Ok(0);
     }
     let agent = find_agent(args.agent.as_deref())?;
     let dir = std::env::temp_dir().join(format!("jvmprof-dump-{}", std::process::id()));
@@ -78,6 +89,134 @@ pub fn run(args: Args) -> Result<i32> {
         }
     );
     Ok(0)
+}
+
+/// Sends the dump to the collector that knows the VM of `pid` (it must be streaming there).
+fn upload(server: &str, token: Option<&str>, pid: u32, file: &std::path::Path) -> Result<()> {
+    let (status, body) = http(server, "GET", "/api/vms", token, None)?;
+    if status != 200 {
+        bail!("the collector at {server} answered {status} to /api/vms: {body}");
+    }
+    let vms: Value = serde_json::from_str(&body).context("the collector's VM list is not JSON")?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let candidates: Vec<&Value> = vms
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["pid"] == pid)
+        .collect();
+    // The same pid may have been another JVM earlier, or live on another host: prefer this
+    // host's connected VM, then the most recent.
+    let vm = candidates
+        .iter()
+        .max_by_key(|v| {
+            (
+                v["host"].as_str() == Some(host.trim()),
+                v["connected"].as_bool() == Some(true),
+                v["last_seen"].as_u64().unwrap_or(0),
+            )
+        })
+        .with_context(|| {
+            format!("the collector at {server} knows no VM with pid {pid} (is its agent streaming there?)")
+        })?;
+    let id = vm["id"].as_u64().context("a VM without an id")?;
+    let (status, body) = http(
+        server,
+        "POST",
+        &format!("/api/vms/{id}/heap"),
+        token,
+        Some(file),
+    )?;
+    if status != 202 {
+        bail!("the collector at {server} refused the heap dump ({status}): {body}");
+    }
+    eprintln!(
+        "jvmprof: heap dump uploaded to {server} for VM {id}; its report: http://{server}/api/vms/{id}/heap"
+    );
+    Ok(())
+}
+
+/// One HTTP/1.1 request (the collector's own API: plain HTTP, small replies), with an optional
+/// file as the body, streamed.
+fn http(
+    server: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    file: Option<&std::path::Path>,
+) -> Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(server)
+        .with_context(|| format!("cannot connect to the collector at {server}"))?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(120)))?;
+    let length = match file {
+        Some(f) => std::fs::metadata(f)?.len(),
+        None => 0,
+    };
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {server}\r\nConnection: close\r\nContent-Length: {length}\r\n"
+    );
+    if let Some(t) = token {
+        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    if file.is_some() {
+        // The collector answers a refusal (no token, unknown VM) before a byte of the dump is
+        // sent, and a go-ahead (100 Continue) otherwise.
+        head.push_str("Content-Type: application/octet-stream\r\nExpect: 100-continue\r\n");
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes())?;
+    let mut reader = std::io::BufReader::new(stream.try_clone()?);
+    let mut reply = Vec::new();
+    if let Some(f) = file {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut reader, &mut line)?;
+        if line.split_whitespace().nth(1) == Some("100") {
+            // The rest of the interim response: headers up to the blank line.
+            while line.trim_end() != "" {
+                line.clear();
+                if std::io::BufRead::read_line(&mut reader, &mut line)? == 0 {
+                    break;
+                }
+            }
+            std::io::copy(&mut std::fs::File::open(f)?, &mut stream)
+                .with_context(|| format!("the upload to {server} broke off"))?;
+        } else {
+            reply.extend_from_slice(line.as_bytes());
+        }
+    }
+    reader.take(1 << 20).read_to_end(&mut reply)?;
+    let text = String::from_utf8_lossy(&reply);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("the collector at {server} sent no HTTP status"))?;
+    let mut body = text.split_once("\r\n\r\n").map_or("", |x| x.1).to_string();
+    if text
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body);
+    }
+    Ok((status, body))
+}
+
+/// The payload of a chunked HTTP body.
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || tail.len() < n {
+            break;
+        }
+        out.push_str(&tail[..n]);
+        rest = tail[n..].trim_start_matches("\r\n");
+    }
+    out
 }
 
 /// Has the JVM write an HPROF dump to `file` through its attach listener.

@@ -416,3 +416,153 @@ fn dumps_on_out_of_memory_and_at_exit_hold_what_the_program_held() {
         assert!(String::from_utf8_lossy(&text.stdout).contains("byte[] allocated at"));
     }
 }
+
+/// GET or POST over plain HTTP/1.0: (status, body).
+fn http(addr: &str, request: &str) -> (u16, String) {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).unwrap();
+    let text = String::from_utf8_lossy(&resp).to_string();
+    let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (
+        status,
+        text.split_once("\r\n\r\n").map_or("", |x| x.1).to_string(),
+    )
+}
+
+#[test]
+fn a_dump_uploaded_to_the_collector_is_analysed_and_linked_from_its_ui() {
+    let _guard = serial();
+    let dir = scratch("heap-collector");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut serve = Command::new(jvmprof())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            "s3cret",
+            "--data",
+        ])
+        .arg(dir.join("data"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(serve.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "the collector ended");
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in err.lines() {});
+    let java = Killed(
+        Command::new(jdk_tool(None, "java"))
+            .arg(format!(
+                "-agentpath:{}=server={addr},token=s3cret,file={}",
+                agent().display(),
+                dir.join("p.jvmprof").display()
+            ))
+            .arg("-cp")
+            .arg(classes())
+            .args(["Service", "60"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = java.0.id();
+    let mut id = None;
+    for _ in 0..200 {
+        let (_, body) = http(
+            &addr,
+            &format!("GET /api/vms HTTP/1.0\r\nHost: {addr}\r\n\r\n"),
+        );
+        let vms: Value = serde_json::from_str(&body).unwrap();
+        id = vms
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["pid"] == pid)
+            .and_then(|v| v["id"].as_u64());
+        if id.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let id = id.expect("the VM never appeared at the collector");
+
+    let dump = dir.join("service.hprof");
+    // Without the token the upload is refused; with it, accepted.
+    let refused = Command::new(jvmprof())
+        .args(["dump", &pid.to_string(), "--hprof"])
+        .arg(dir.join("other.hprof"))
+        .args(["--server", &addr, "--token", "wrong"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("401"),
+        "{refused:?}"
+    );
+    run_ok(
+        Command::new(jvmprof())
+            .args(["dump", &pid.to_string(), "--hprof"])
+            .arg(&dump)
+            .args(["--server", &addr, "--token", "s3cret"]),
+    );
+    let mut report = None;
+    for _ in 0..600 {
+        let (status, body) = http(
+            &addr,
+            &format!("GET /api/vms/{id}/heap?format=json HTTP/1.0\r\nHost: {addr}\r\n\r\n"),
+        );
+        if status == 200 {
+            report = Some(serde_json::from_str::<Value>(&body).unwrap());
+            break;
+        }
+        assert_eq!(status, 202, "{body}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let report = report.expect("the heap report never became ready");
+    // The collector's analysis is the CLI's, of the same file.
+    let local = heap_json(&dump);
+    assert_eq!(report["objects"], local["objects"]);
+    assert_eq!(report["reachable_bytes"], local["reachable_bytes"]);
+    let (_, body) = http(
+        &addr,
+        &format!("GET /api/vms HTTP/1.0\r\nHost: {addr}\r\n\r\n"),
+    );
+    let vms: Value = serde_json::from_str(&body).unwrap();
+    let vm = vms
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["id"] == id)
+        .unwrap();
+    assert_eq!(vm["heap"], "ready");
+    let (status, page) = http(
+        &addr,
+        &format!("GET /api/vms/{id}/heap HTTP/1.0\r\nHost: {addr}\r\n\r\n"),
+    );
+    assert_eq!(status, 200);
+    assert!(page.contains("Dominator tree"));
+    let (_, ui) = http(&addr, &format!("GET / HTTP/1.0\r\nHost: {addr}\r\n\r\n"));
+    assert!(ui.contains("/heap\""), "the UI links the report");
+    drop(java);
+    drop(serve);
+}
+
+/// A child process killed when the test ends, also by a panic.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

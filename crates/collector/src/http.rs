@@ -7,8 +7,12 @@
 //!   the VM's samples received in `[from, to]` (Unix ms; default everything) merged into one
 //!   profile, written by jvmprof_profile's exporters; `download=1` makes it an attachment.
 //! - `GET /api/stats`: ingest counters since start (connections, bytes, snapshots, samples, ...).
+//! - `POST /api/vms/{id}/heap`: an HPROF heap dump of the VM as the body (with `Authorization:
+//!   Bearer TOKEN` when the collector has a token); 202 once stored, analysed in the background.
+//!   `GET /api/vms/{id}/heap?format=html|json`: its report (202 while analysing).
 
 use crate::Hub;
+use crate::heaps::HeapState;
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
@@ -52,6 +56,12 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/api/stats", get(stats))
         .route("/api/vms/{id}/threads", get(threads))
         .route("/api/vms/{id}/profile", get(profile))
+        .route(
+            "/api/vms/{id}/heap",
+            get(heap_report)
+                .post(heap_upload)
+                .layer(axum::extract::DefaultBodyLimit::disable()),
+        )
         .with_state(hub)
 }
 
@@ -64,7 +74,133 @@ async fn stats(State(hub): State<Arc<Hub>>) -> Response {
 }
 
 async fn vms(State(hub): State<Arc<Hub>>) -> Response {
-    Json(hub.vms.list()).into_response()
+    let list: Vec<serde_json::Value> = hub
+        .vms
+        .list()
+        .into_iter()
+        .map(|v| {
+            let id = v.record.id;
+            let mut j = serde_json::to_value(v).unwrap_or_default();
+            if let (Some(o), Some(state)) = (j.as_object_mut(), hub.heaps.state(id)) {
+                o.insert("heap".into(), state.label().into());
+            }
+            j
+        })
+        .collect();
+    Json(list).into_response()
+}
+
+/// Largest heap dump accepted by upload.
+const MAX_HEAP_DUMP: u64 = 64 << 30;
+
+async fn heap_upload(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<u64>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    if let Some(token) = &hub.config.token {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if given != Some(token.as_str()) {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "a heap dump upload needs the collector's token".into(),
+            );
+        }
+    }
+    if hub.vms.record(id).is_none() {
+        return error(StatusCode::NOT_FOUND, format!("no VM {id}"));
+    }
+    if !hub.heaps.begin(id) {
+        return error(
+            StatusCode::CONFLICT,
+            format!("a heap dump of VM {id} is being analysed"),
+        );
+    }
+    let part = hub.heaps.incoming(id);
+    if let Err(e) = receive(body, &part).await {
+        let _ = std::fs::remove_file(&part);
+        hub.heaps.fail(id, e.clone());
+        return error(StatusCode::BAD_REQUEST, e);
+    }
+    let heaps = hub.heaps.clone();
+    tokio::task::spawn_blocking(move || heaps.analyse(id));
+    (
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({ "state": "analysing" })),
+    )
+        .into_response()
+}
+
+/// Streams the body to `path`, at most [`MAX_HEAP_DUMP`] bytes.
+async fn receive(body: axum::body::Body, path: &std::path::Path) -> Result<u64, String> {
+    use http_body_util::BodyExt;
+    use std::io::Write;
+    let mut file = std::io::BufWriter::new(
+        std::fs::File::create(path).map_err(|e| format!("cannot store the dump: {e}"))?,
+    );
+    let mut body = body;
+    let mut total = 0u64;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| format!("the upload broke off: {e}"))?;
+        if let Ok(data) = frame.into_data() {
+            total += data.len() as u64;
+            if total > MAX_HEAP_DUMP {
+                return Err(format!("the dump is larger than {MAX_HEAP_DUMP} bytes"));
+            }
+            file.write_all(&data)
+                .map_err(|e| format!("cannot store the dump: {e}"))?;
+        }
+    }
+    file.flush()
+        .map_err(|e| format!("cannot store the dump: {e}"))?;
+    Ok(total)
+}
+
+#[derive(Deserialize)]
+struct HeapQuery {
+    format: Option<String>,
+}
+
+async fn heap_report(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<u64>,
+    Query(q): Query<HeapQuery>,
+) -> Response {
+    let format = q.format.unwrap_or_else(|| "html".into());
+    if format != "html" && format != "json" {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("format must be html or json, not {format}"),
+        );
+    }
+    match hub.heaps.state(id) {
+        None => error(StatusCode::NOT_FOUND, format!("no heap dump of VM {id}")),
+        Some(HeapState::Analysing) => (
+            StatusCode::ACCEPTED,
+            Json(serde_json::json!({ "state": "analysing" })),
+        )
+            .into_response(),
+        Some(HeapState::Failed(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, e),
+        Some(HeapState::Ready) => match std::fs::read(hub.heaps.report(id, &format)) {
+            Ok(bytes) => (
+                [(
+                    header::CONTENT_TYPE,
+                    if format == "html" {
+                        "text/html; charset=utf-8"
+                    } else {
+                        "application/json"
+                    },
+                )],
+                bytes,
+            )
+                .into_response(),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        },
+    }
 }
 
 #[derive(Serialize)]

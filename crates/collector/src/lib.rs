@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod analysis;
+pub mod heaps;
 pub mod http;
 pub mod store;
 
@@ -177,6 +178,8 @@ pub struct Hub {
     pub live: Arc<LiveView>,
     pub analyses: Vec<Arc<dyn Analysis>>,
     pub stats: Stats,
+    /// Heap dumps uploaded per VM and their reports.
+    pub heaps: Arc<heaps::Heaps>,
 }
 
 /// Counters since the collector started (`GET /api/stats`).
@@ -211,6 +214,7 @@ impl Hub {
                 vms: vms.clone(),
             }),
         ];
+        let heaps = Arc::new(heaps::Heaps::open(&config.data)?);
         Ok(Hub {
             config,
             store,
@@ -218,6 +222,7 @@ impl Hub {
             live,
             analyses,
             stats: Stats::default(),
+            heaps,
         })
     }
 }
