@@ -566,3 +566,34 @@ impl Drop for Killed {
         let _ = self.0.wait();
     }
 }
+
+#[test]
+fn a_dump_of_another_users_process_is_refused_like_attach() {
+    use std::os::unix::process::CommandExt;
+    let dir = scratch("heap-other-user");
+    let file = dir.join("other.hprof");
+    let _ = std::fs::remove_file(&file);
+    let euid = rustix::process::geteuid().as_raw();
+    // As root the target runs as nobody; otherwise init (root) is another user's process.
+    let (pid, child) = if euid == 0 {
+        let child = Command::new("sleep")
+            .arg("60")
+            .uid(65534)
+            .gid(65534)
+            .spawn()
+            .unwrap();
+        (child.id(), Some(Killed(child)))
+    } else {
+        (1, None)
+    };
+    let out = Command::new(jvmprof())
+        .args(["dump", &pid.to_string(), "--hprof"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("run as the target's user"), "{err}");
+    assert!(!file.exists());
+    drop(child);
+}
