@@ -35,7 +35,8 @@ use engine::{exact, parks};
 use jvmprof_jvmti::bindings::agent::AgentLoadContext;
 use jvmprof_jvmti::bindings::callbacks::{
     CallbackContext, ClassEvent, ClassFileLoadHookEvent, MonitorEvent, MonitorWaitEvent,
-    MonitorWaitedEvent, ObjectAllocationEvent, ObjectFreeEvent, ThreadEvent,
+    MonitorWaitedEvent, ObjectAllocationEvent, ObjectFreeEvent, ResourceExhaustedEvent,
+    ThreadEvent,
 };
 use jvmprof_jvmti::bindings::{Agent, jni};
 use jvmprof_jvmti::{Env, Jni, Vm, event_class, event_object, event_thread, os};
@@ -247,6 +248,19 @@ impl Agent for JvmprofAgent {
         }
         if let (Some(g), Some(jni)) = (state::get(), Jni::from_context(&context)) {
             heapdump::on_exit(g, &jni);
+        }
+    }
+
+    fn resource_exhausted(
+        &self,
+        _context: CallbackContext<'_>,
+        _event: ResourceExhaustedEvent<'_>,
+    ) {
+        // Only a flag and a wake-up here: the thread is short of memory.
+        if let Some(s) = state::get()
+            && let Some(running) = lock(&s.session).as_ref()
+        {
+            running.flush_now();
         }
     }
 

@@ -18,6 +18,8 @@ pub struct Shared {
     pub own_tids: Arc<Mutex<HashSet<u32>>>,
     pub stop: Mutex<bool>,
     pub wake: Condvar,
+    /// Write the profile so far now (set on an OutOfMemoryError).
+    pub flush_now: std::sync::atomic::AtomicBool,
     /// Samples taken so far, for the status file.
     pub samples: AtomicU64,
     /// When the session started (Unix ms).
@@ -48,6 +50,7 @@ impl Session {
             own_tids,
             stop: Mutex::new(false),
             wake: Condvar::new(),
+            flush_now: std::sync::atomic::AtomicBool::new(false),
             samples: AtomicU64::new(0),
             started_unix_ms: unix_ms(),
         });
@@ -87,6 +90,15 @@ impl Session {
     }
 
     /// Whether the writer finished on its own (the session's duration elapsed).
+    /// Has the writer write the profile so far at once (the session goes on).
+    pub fn flush_now(&self) {
+        self.shared
+            .flush_now
+            .store(true, std::sync::atomic::Ordering::Release);
+        let _guard = lock(&self.shared.stop);
+        self.shared.wake.notify_all();
+    }
+
     pub fn finished(&self) -> bool {
         self.writer.as_ref().is_none_or(|w| w.is_finished())
     }

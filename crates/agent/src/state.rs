@@ -95,6 +95,7 @@ pub fn init(vm: Vm, attached: bool) -> Result<&'static AgentState, String> {
             sampled_alloc: true,
             tag_objects: true,
             monitor_events: true,
+            heap_exhaustion: true,
         })
         .map_err(|e| e.to_string())?;
     env.set_default_callbacks().map_err(|e| e.to_string())?;
@@ -109,6 +110,12 @@ pub fn init(vm: Vm, attached: bool) -> Result<&'static AgentState, String> {
         Event::ClassPrepare,
     ])
     .map_err(|e| e.to_string())?;
+    if caps.heap_exhaustion {
+        // On an OutOfMemoryError the profile so far is written at once: a JVM dying of it may
+        // exit without VMDeath (JDK 25 does when the uncaught-exception handler fails too).
+        env.enable_events(&[Event::ResourceExhausted])
+            .map_err(|e| e.to_string())?;
+    }
     Ok(STATE.get_or_init(|| AgentState {
         vm,
         env,

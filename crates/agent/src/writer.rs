@@ -55,6 +55,7 @@ pub fn run(
     let mut last_housekeeping = Instant::now();
     let mut last_snapshot = Instant::now();
     let mut last_flush = Instant::now();
+    let mut last_oom_flush: Option<Instant> = None;
     let mut flush_failed = false;
     let mut orphaned = false;
     let tick = shared
@@ -67,7 +68,10 @@ pub fn run(
     loop {
         {
             let mut stop = lock(&shared.stop);
-            while !*stop && Instant::now() < next {
+            while !*stop
+                && Instant::now() < next
+                && !shared.flush_now.load(std::sync::atomic::Ordering::Acquire)
+            {
                 let wait = next.saturating_duration_since(Instant::now());
                 stop = shared
                     .wake
@@ -107,10 +111,25 @@ pub fn run(
                 stream.samples(w.sink.profile(), gained);
             }
         }
-        if let (Some(every), Some(file)) = (shared.options.flush, &shared.options.file)
-            && last_flush.elapsed() >= every
+        let out_of_memory = shared
+            .flush_now
+            .swap(false, std::sync::atomic::Ordering::AcqRel);
+        let periodic = shared
+            .options
+            .flush
+            .is_some_and(|every| last_flush.elapsed() >= every);
+        // After an OutOfMemoryError the JVM may die without VMDeath: what was sampled so far is
+        // written where the session's profile goes.
+        let oom_due =
+            out_of_memory && last_oom_flush.is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
+        if let Some(file) = &shared.options.file
+            && (periodic || oom_due)
         {
             last_flush = Instant::now();
+            if oom_due {
+                last_oom_flush = Some(last_flush);
+            }
+            w.poll(&jni);
             w.flush_engines(&jni);
             if let Err(e) = write_profile(w.sink.profile(), file, &shared.options)
                 && !std::mem::replace(&mut flush_failed, true)

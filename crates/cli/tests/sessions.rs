@@ -344,3 +344,33 @@ fn repeated_attach_sessions_do_not_grow_the_target() {
         );
     }
 }
+
+/// A JVM that dies of an uncaught OutOfMemoryError still leaves its profile: on JDK 25 such a
+/// JVM exits without VMDeath, and the agent writes what it has when the error is thrown.
+#[test]
+fn a_jvm_dying_of_out_of_memory_leaves_its_profile() {
+    let _guard = serial();
+    for home in jdk_homes() {
+        let jdk = home.as_deref().map_or("17".into(), |h| h.display().to_string());
+        let out_file = scratch(&format!("oom-{}", jdk.replace('/', "_"))).join("oom.collapsed");
+        let _ = std::fs::remove_file(&out_file);
+        let out = Command::new(jvmprof())
+            .args(["record", "--mode", "alloc", "--alloc-interval", "64k", "-o"])
+            .arg(&out_file)
+            .arg("--")
+            .arg(jdk_tool(home.as_deref(), "java"))
+            .args(["-Xmx64m", "-cp"])
+            .arg(classes())
+            .arg("OomDeath")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "JDK {jdk}: the JVM's own exit code: {err}");
+        let profile = std::fs::read_to_string(&out_file)
+            .unwrap_or_else(|e| panic!("JDK {jdk}: no profile ({e}): {err}"));
+        assert!(
+            profile.lines().any(|l| l.contains("OomDeath.fill;long[]")),
+            "JDK {jdk}: {profile}"
+        );
+    }
+}

@@ -87,6 +87,8 @@ pub enum Event {
     MonitorWaited,
     /// Class bytes about to be defined or retransformed (exact mode rewrites them).
     ClassFileLoadHook,
+    /// The VM ran out of a resource (Java heap: an OutOfMemoryError is being thrown).
+    ResourceExhausted,
 }
 
 impl Event {
@@ -100,6 +102,7 @@ impl Event {
             Event::ClassPrepare => jvmti::JVMTI_EVENT_CLASS_PREPARE,
             Event::SampledObjectAlloc => jvmti::JVMTI_EVENT_SAMPLED_OBJECT_ALLOC,
             Event::ObjectFree => jvmti::JVMTI_EVENT_OBJECT_FREE,
+            Event::ResourceExhausted => jvmti::JVMTI_EVENT_RESOURCE_EXHAUSTED,
             Event::MonitorContendedEnter => jvmti::JVMTI_EVENT_MONITOR_CONTENDED_ENTER,
             Event::MonitorContendedEntered => jvmti::JVMTI_EVENT_MONITOR_CONTENDED_ENTERED,
             Event::MonitorWait => jvmti::JVMTI_EVENT_MONITOR_WAIT,
@@ -262,6 +265,8 @@ pub struct Capabilities {
     pub tag_objects: bool,
     /// Monitor contention and wait events (lock profiling).
     pub monitor_events: bool,
+    /// ResourceExhausted events for the Java heap (the profile is written when one arrives).
+    pub heap_exhaustion: bool,
 }
 
 /// A JVMTI environment.
@@ -300,6 +305,8 @@ impl Env {
                 && p.can_tag_objects()
                 && p.can_generate_object_free_events(),
             monitor_events: want.monitor_events && p.can_generate_monitor_events(),
+            heap_exhaustion: want.heap_exhaustion
+                && p.can_generate_resource_exhaustion_heap_events(),
         };
         let mut caps = jvmti::jvmtiCapabilities::default();
         caps.set_can_get_line_numbers(granted.line_numbers);
@@ -309,6 +316,7 @@ impl Env {
         caps.set_can_tag_objects(granted.tag_objects);
         caps.set_can_generate_object_free_events(granted.tag_objects);
         caps.set_can_generate_monitor_events(granted.monitor_events);
+        caps.set_can_generate_resource_exhaustion_heap_events(granted.heap_exhaustion);
         jvmti
             .add_capabilities(&caps)
             .map_err(jvmti_err("AddCapabilities"))?;
