@@ -13,6 +13,7 @@ mod record;
 mod report;
 mod serve;
 mod session;
+mod top;
 
 use clap::{Parser, Subcommand};
 
@@ -53,6 +54,8 @@ enum Command {
     Stop(session::StopArgs),
     /// What profiling session runs in a JVM: modes, since when, samples, where it writes.
     Status(session::StatusArgs),
+    /// Live hottest methods of a running JVM (self and total %), refreshed every second.
+    Top(top::Args),
 }
 
 fn main() {
@@ -69,6 +72,7 @@ fn main() {
         Command::Serve(a) => serve::run(a),
         Command::Stop(a) => session::stop(a),
         Command::Status(a) => session::status(a),
+        Command::Top(a) => top::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -444,12 +444,12 @@ impl Progress {
 }
 
 /// A private directory for the agent's files, removed on drop.
-struct TempDir {
-    path: PathBuf,
+pub(crate) struct TempDir {
+    pub(crate) path: PathBuf,
 }
 
 impl TempDir {
-    fn new() -> Result<TempDir> {
+    pub(crate) fn new() -> Result<TempDir> {
         let base = std::env::temp_dir();
         for n in 0..1000u32 {
             let path = base.join(format!("jvmprof-{}-{n}", std::process::id()));

@@ -351,7 +351,9 @@ fn repeated_attach_sessions_do_not_grow_the_target() {
 fn a_jvm_dying_of_out_of_memory_leaves_its_profile() {
     let _guard = serial();
     for home in jdk_homes() {
-        let jdk = home.as_deref().map_or("17".into(), |h| h.display().to_string());
+        let jdk = home
+            .as_deref()
+            .map_or("17".into(), |h| h.display().to_string());
         let out_file = scratch(&format!("oom-{}", jdk.replace('/', "_"))).join("oom.collapsed");
         let _ = std::fs::remove_file(&out_file);
         let out = Command::new(jvmprof())
@@ -365,7 +367,11 @@ fn a_jvm_dying_of_out_of_memory_leaves_its_profile() {
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "JDK {jdk}: the JVM's own exit code: {err}");
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "JDK {jdk}: the JVM's own exit code: {err}"
+        );
         let profile = std::fs::read_to_string(&out_file)
             .unwrap_or_else(|e| panic!("JDK {jdk}: no profile ({e}): {err}"));
         assert!(
