@@ -260,7 +260,7 @@ fn draw(
     paused: bool,
     interactive: bool,
 ) -> Result<()> {
-    let mut rows: Vec<(&(String, String), &(u64, u64))> = counts.iter().collect();
+    let mut rows: Vec<_> = counts.iter().collect();
     rows.sort_by(|a, b| match sort {
         Sort::SelfTime => b.1.0.cmp(&a.1.0).then(b.1.1.cmp(&a.1.1)).then(a.0.cmp(b.0)),
         Sort::Total => b.1.1.cmp(&a.1.1).then(b.1.0.cmp(&a.1.0)).then(a.0.cmp(b.0)),
@@ -386,7 +386,7 @@ impl Drop for Keys {
             rustix::termios::OptionalActions::Now,
             &self.saved,
         );
-        print!("\x1b[?25h\n");
+        println!("\x1b[?25h");
         let _ = std::io::stdout().flush();
     }
 }
