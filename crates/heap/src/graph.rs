@@ -49,6 +49,25 @@ pub struct Class {
     pub object: u32,
 }
 
+impl Class {
+    /// A class not yet described by a CLASS DUMP.
+    fn new(id: u64, name: String, kind: ClassKind) -> Class {
+        Class {
+            id,
+            name,
+            kind,
+            super_id: 0,
+            loader_id: 0,
+            fields: Vec::new(),
+            statics: Vec::new(),
+            dumped: false,
+            instance_size: 0,
+            ref_offsets: Vec::new(),
+            object: NONE,
+        }
+    }
+}
+
 /// Where a GC root is, in Java terms.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RootKind {
@@ -485,19 +504,7 @@ impl Pass1<'_, '_> {
             return i;
         }
         let i = self.classes.len() as u32;
-        self.classes.push(Class {
-            id,
-            name: String::new(),
-            kind,
-            super_id: 0,
-            loader_id: 0,
-            fields: Vec::new(),
-            statics: Vec::new(),
-            dumped: false,
-            instance_size: 0,
-            ref_offsets: Vec::new(),
-            object: NONE,
-        });
+        self.classes.push(Class::new(id, String::new(), kind));
         self.class_index.insert(id, i);
         i
     }
@@ -579,19 +586,11 @@ impl Visitor for Pass1<'_, '_> {
         let mut c = self.primitive_classes[t as usize];
         if c == NONE {
             c = self.classes.len() as u32;
-            self.classes.push(Class {
-                id: 0,
-                name: reader::primitive_array_name(t).to_string(),
-                kind: ClassKind::PrimitiveArray(t),
-                super_id: 0,
-                loader_id: 0,
-                fields: Vec::new(),
-                statics: Vec::new(),
-                dumped: false,
-                instance_size: 0,
-                ref_offsets: Vec::new(),
-                object: NONE,
-            });
+            self.classes.push(Class::new(
+                0,
+                reader::primitive_array_name(t).to_string(),
+                ClassKind::PrimitiveArray(t),
+            ));
             self.primitive_classes[t as usize] = c;
         }
         self.object(offset, id, c, n);
