@@ -26,7 +26,15 @@ pub struct Sink {
     /// With a collector link: what each sample gained since the link last took it (sample index
     /// → values), so the link sends only what changed and never re-scans the profile.
     unsent: Option<HashMap<u32, Vec<u64>>>,
+    /// The monotonic clock when the session began: timeline offsets count from here.
+    start_ns: u64,
+    /// Timed samples that did not fit in the timeline (beyond [`MAX_TIMELINE`]).
+    timeline_dropped: u64,
 }
+
+/// The most timeline entries a session keeps (16 MB): at a 10 ms interval, 20 busy threads for
+/// 8 minutes. The aggregated samples go on past it; only their times are lost, and counted.
+pub const MAX_TIMELINE: usize = 1 << 20;
 
 impl Sink {
     pub fn new(
@@ -35,6 +43,12 @@ impl Sink {
         names: &'static Mutex<HashMap<u32, String>>,
         depth: usize,
     ) -> Sink {
+        let start_ns = jvmprof_jvmti::os::monotonic_ns();
+        let mut meta = meta;
+        // Timeline offsets count from here; with it a user (or a test) can line the timeline
+        // up with System.nanoTime() stamps, the same clock.
+        meta.extra
+            .insert("start_monotonic_ns".into(), start_ns.to_string());
         Sink {
             builder: ProfileBuilder::new(meta),
             symbols: Symbols::default(),
@@ -44,6 +58,8 @@ impl Sink {
             depth,
             samples: 0,
             unsent: None,
+            start_ns,
+            timeline_dropped: 0,
         }
     }
 
@@ -152,20 +168,43 @@ impl Sink {
         self.builder.stack(&ids)
     }
 
-    /// Adds `values` to (thread, stack, state).
-    pub fn add(&mut self, thread: u32, stack: u32, state: ThreadState, values: &[u64]) {
+    /// Adds `values` to (thread, stack, state) and notes in the timeline that it was taken at
+    /// `time_ns` (the monotonic clock) and stands for `weight` sampling periods.
+    pub fn add_at(
+        &mut self,
+        thread: u32,
+        stack: u32,
+        state: ThreadState,
+        values: &[u64],
+        time_ns: u64,
+        weight: u32,
+    ) {
+        let idx = self.add(thread, stack, state, values);
+        if self.builder.timeline_len() < MAX_TIMELINE {
+            let offset = time_ns.saturating_sub(self.start_ns);
+            self.builder.add_time(idx, offset, weight);
+        } else {
+            self.timeline_dropped += 1;
+        }
+    }
+
+    /// Adds `values` to (thread, stack, state); returns the sample's index.
+    pub fn add(&mut self, thread: u32, stack: u32, state: ThreadState, values: &[u64]) -> usize {
         let metrics = &self.builder.profile().meta.metrics;
         self.samples += match metrics.iter().position(|m| *m == Metric::Samples) {
             Some(i) => values.get(i).copied().unwrap_or(0),
             None => 1,
         };
-        let idx = self.builder.add(thread, stack, state, values) as u32;
+        let idx = self.builder.add(thread, stack, state, values);
         if let Some(unsent) = self.unsent.as_mut() {
-            let acc = unsent.entry(idx).or_insert_with(|| vec![0; values.len()]);
+            let acc = unsent
+                .entry(idx as u32)
+                .or_insert_with(|| vec![0; values.len()]);
             for (a, v) in acc.iter_mut().zip(values) {
                 *a = a.saturating_add(*v);
             }
         }
+        idx
     }
 
     /// Samples added so far.
@@ -187,7 +226,14 @@ impl Sink {
         self.builder.profile()
     }
 
-    pub fn finish(self) -> Profile {
+    pub fn finish(mut self) -> Profile {
+        if self.timeline_dropped > 0 {
+            let dropped = self.timeline_dropped.to_string();
+            self.builder
+                .meta_mut()
+                .extra
+                .insert("timeline_dropped".into(), dropped);
+        }
         self.builder.finish()
     }
 }

@@ -57,7 +57,44 @@ pub struct VmRecord {
 #[derive(Serialize, Deserialize)]
 struct Batch {
     time_unix_ms: u64,
-    profile: Profile,
+    profile: StoredProfile,
+}
+
+/// A batch's profile as stored: a [`Profile`] without its timeline (a batch's samples are
+/// timed by the batch), field for field as `Profile` was when store format 2 began, so the
+/// encoding (postcard is positional) stays format 2.
+#[derive(Serialize, Deserialize)]
+struct StoredProfile {
+    meta: jvmprof_profile::Meta,
+    frames: Vec<Frame>,
+    stacks: jvmprof_profile::Stacks,
+    threads: Vec<jvmprof_profile::Thread>,
+    samples: Vec<jvmprof_profile::Sample>,
+}
+
+impl From<StoredProfile> for Profile {
+    fn from(p: StoredProfile) -> Profile {
+        Profile {
+            meta: p.meta,
+            frames: p.frames,
+            stacks: p.stacks,
+            threads: p.threads,
+            samples: p.samples,
+            timeline: Vec::new(),
+        }
+    }
+}
+
+impl From<Profile> for StoredProfile {
+    fn from(p: Profile) -> StoredProfile {
+        StoredProfile {
+            meta: p.meta,
+            frames: p.frames,
+            stacks: p.stacks,
+            threads: p.threads,
+            samples: p.samples,
+        }
+    }
 }
 
 enum Write {
@@ -66,7 +103,7 @@ enum Write {
         vm: u64,
         seq: u64,
         time_unix_ms: u64,
-        profile: Profile,
+        profile: Box<Profile>,
     },
     Snapshot {
         vm: u64,
@@ -206,7 +243,7 @@ impl Store {
             vm,
             seq,
             time_unix_ms,
-            profile,
+            profile: Box::new(profile),
         });
     }
 
@@ -277,7 +314,7 @@ impl Store {
                     ..Meta::default()
                 })
             });
-            let mut p = batch.profile;
+            let mut p = Profile::from(batch.profile);
             p.stacks.map_frames(|f| {
                 let i = f as usize;
                 let frame = dict.get(i).ok_or_else(|| {
@@ -390,7 +427,7 @@ fn commit(
                         .map_frames(|f| anyhow::Ok(global[f as usize]))?;
                     let bytes = encode(&Batch {
                         time_unix_ms,
-                        profile,
+                        profile: StoredProfile::from(*profile),
                     });
                     batches.insert((vm, *seq), bytes.as_slice())?;
                     *seq += 1;

@@ -249,6 +249,14 @@ impl Options {
                 self.modes().join("+")
             ));
         }
+        if format == Format::Trace && self.sampling.is_none() {
+            return Err(format!(
+                "{}: a timeline shows when each sample was taken, which cpu and wall sampling \
+                 record and {} mode does not (add --mode cpu or wall, or write another format)",
+                path.display(),
+                self.modes().join("+")
+            ));
+        }
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
@@ -745,6 +753,10 @@ mod tests {
         let exact = start("mode=exact");
         let e = exact.check_output(&jfr, None, None).unwrap_err();
         assert!(e.contains("not exact mode's calls and bytecodes"), "{e}");
+        let trace = dir.join("x.trace.json");
+        assert_eq!(cpu.check_output(&trace, None, None).unwrap(), Format::Trace);
+        let e = lock.check_output(&trace, None, None).unwrap_err();
+        assert!(e.contains("which cpu and wall sampling record"), "{e}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{Metric, Profile};
-use crate::{collapsed, dot, flamegraph, jfr, native, pprof, speedscope};
+use crate::{collapsed, dot, flamegraph, jfr, native, pprof, speedscope, trace};
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
@@ -25,10 +25,12 @@ pub enum Format {
     Dot,
     /// `.jfr`: Java Flight Recorder recording, samples, alloc and lock metrics, readable.
     Jfr,
+    /// `.trace.json`: Chrome trace / Perfetto timeline, one track per thread, write only.
+    Trace,
 }
 
 impl Format {
-    pub const ALL: [Format; 7] = [
+    pub const ALL: [Format; 8] = [
         Format::Native,
         Format::Collapsed,
         Format::Html,
@@ -36,6 +38,7 @@ impl Format {
         Format::Speedscope,
         Format::Dot,
         Format::Jfr,
+        Format::Trace,
     ];
 
     /// The `--format` name.
@@ -48,6 +51,7 @@ impl Format {
             Format::Speedscope => "speedscope",
             Format::Dot => "dot",
             Format::Jfr => "jfr",
+            Format::Trace => "trace",
         }
     }
 
@@ -61,6 +65,7 @@ impl Format {
             Format::Speedscope => "speedscope.json",
             Format::Dot => "dot",
             Format::Jfr => "jfr",
+            Format::Trace => "trace.json",
         }
     }
 
@@ -76,16 +81,17 @@ impl Format {
             "speedscope" | "speedscope.json" => Format::Speedscope,
             "dot" | "graphviz" => Format::Dot,
             "jfr" => Format::Jfr,
+            "trace" | "trace.json" | "chrome" | "perfetto" | "timeline" => Format::Trace,
             _ => {
                 return Err(Error::UnknownFormat(format!(
-                    "{s:?} (known: jvmprof, collapsed, html, pprof, speedscope, dot, jfr)"
+                    "{s:?} (known: jvmprof, collapsed, html, pprof, speedscope, dot, jfr, trace)"
                 )));
             }
         })
     }
 
     /// The format a path's extension names: `.jvmprof`, `.collapsed`, `.txt`, `.html`, `.pb.gz`,
-    /// `.speedscope.json` (case-insensitive). Errors name the path.
+    /// `.speedscope.json`, `.dot`, `.jfr`, `.trace.json` (case-insensitive). Errors name the path.
     pub fn from_path(path: &Path) -> Result<Format> {
         let name = path
             .file_name()
@@ -108,10 +114,12 @@ impl Format {
             Format::Dot
         } else if name.ends_with(".jfr") {
             Format::Jfr
+        } else if name.ends_with(".trace.json") {
+            Format::Trace
         } else {
             return Err(Error::UnknownFormat(
                 "no format for this file name (use .jvmprof, .collapsed, .txt, .html, .pb.gz, \
-                 .speedscope.json, .dot or .jfr, or --format)"
+                 .speedscope.json, .dot, .jfr or .trace.json, or --format)"
                     .to_string(),
             )
             .in_file(path));
@@ -201,6 +209,7 @@ pub fn write(
         )?,
         Format::Html => flamegraph::write(profile, options, &mut out)?,
         Format::Jfr => jfr::write(profile, &mut out)?,
+        Format::Trace => trace::write(profile, &mut out)?,
     }
     Ok(())
 }
@@ -268,7 +277,8 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "/tmp/out.json: unknown format: no format for this file name (use .jvmprof, \
-             .collapsed, .txt, .html, .pb.gz, .speedscope.json, .dot or .jfr, or --format)"
+             .collapsed, .txt, .html, .pb.gz, .speedscope.json, .dot, .jfr or .trace.json, or \
+             --format)"
         );
         assert_eq!(
             Format::from_path(Path::new("calls.dot")).unwrap(),
@@ -289,7 +299,8 @@ mod tests {
         assert_eq!(Format::parse("HTML").unwrap(), Format::Html);
         assert_eq!(
             Format::parse("svg").unwrap_err().to_string(),
-            "unknown format: \"svg\" (known: jvmprof, collapsed, html, pprof, speedscope, dot, jfr)"
+            "unknown format: \"svg\" (known: jvmprof, collapsed, html, pprof, speedscope, dot, jfr, \
+             trace)"
         );
     }
 
@@ -398,7 +409,7 @@ mod tests {
 
     #[test]
     fn every_format_writes() {
-        let p = sample_profile();
+        let p = crate::testdata::timed_profile();
         for format in Format::ALL {
             let mut bytes = Vec::new();
             write(&p, format, &ExportOptions::default(), &mut bytes).unwrap();

@@ -26,6 +26,7 @@ pub mod pprof;
 pub mod report;
 pub mod speedscope;
 mod stacks;
+pub mod trace;
 
 #[cfg(test)]
 mod testdata;

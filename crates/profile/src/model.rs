@@ -368,6 +368,23 @@ pub struct Profile {
     pub stacks: Stacks,
     pub threads: Vec<Thread>,
     pub samples: Vec<Sample>,
+    /// When each sample was taken, in time order, where the source knows (cpu and wall
+    /// sampling, JFR recordings; not exact mode, whose counts have no time). Each entry adds
+    /// no value of its own: it says that `sample` gained one sampling period (`weight` of them)
+    /// at `offset_ns`. Bounded by the agent ([`Meta::extra`] `timeline_dropped` counts what did
+    /// not fit); timelines and the speedscope export's time order read it.
+    pub timeline: Vec<TimedSample>,
+}
+
+/// One sample in time: see [`Profile::timeline`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimedSample {
+    /// Nanoseconds since the profile's start ([`Meta::start_unix_ms`]).
+    pub offset_ns: u64,
+    /// Index into [`Profile::samples`].
+    pub sample: u32,
+    /// Sampling periods this one stands for (1, or more when a CPU timer overran).
+    pub weight: u32,
 }
 
 impl Profile {
@@ -423,6 +440,18 @@ impl Profile {
                     s.values.len()
                 ));
             }
+        }
+        if let Some((i, t)) = self
+            .timeline
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.sample as usize >= self.samples.len())
+        {
+            return Err(format!(
+                "timeline entry {i} refers to sample {} but there are {} samples",
+                t.sample,
+                self.samples.len()
+            ));
         }
         Ok(())
     }
@@ -583,7 +612,24 @@ impl ProfileBuilder {
         idx
     }
 
-    pub fn finish(self) -> Profile {
+    /// Notes that sample `sample` (an index [`add`](Self::add) returned) gained `weight`
+    /// periods at `offset_ns` since the start: see [`Profile::timeline`]. Entries may come in
+    /// any order; [`finish`](Self::finish) sorts them.
+    pub fn add_time(&mut self, sample: usize, offset_ns: u64, weight: u32) {
+        self.profile.timeline.push(TimedSample {
+            offset_ns,
+            sample: sample as u32,
+            weight,
+        });
+    }
+
+    /// Entries in the timeline so far.
+    pub fn timeline_len(&self) -> usize {
+        self.profile.timeline.len()
+    }
+
+    pub fn finish(mut self) -> Profile {
+        self.profile.timeline.sort_by_key(|t| t.offset_ns);
         self.profile
     }
 }

@@ -8,7 +8,8 @@
 //! one; the golden files `testdata/sample-v*.jvmprof` fail a test if that is forgotten.
 //!
 //! Versions: 1 stored each stack as its list of frames; 2 stores the stacks as a tree of
-//! prefixes ([`crate::Stacks`]), two numbers a stack however deep. Both are read.
+//! prefixes ([`crate::Stacks`]), two numbers a stack however deep; 3 adds the timeline
+//! ([`Profile::timeline`]). All three are read.
 
 use crate::error::{Error, Result};
 use crate::model::{Frame, Meta, Profile, Sample, Stacks, Thread};
@@ -22,7 +23,7 @@ use std::io::{self, Read, Write};
 /// The first bytes of every native file.
 pub const MAGIC: &[u8; 8] = b"JVMPROF\0";
 /// The format version this build writes and reads.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 
 const FORMAT: &str = "jvmprof";
 
@@ -95,7 +96,7 @@ pub fn read(mut input: impl Read) -> Result<Profile> {
         ));
     }
     let version = u16::from_le_bytes([header[8], header[9]]);
-    if version != VERSION && version != 1 {
+    if !(1..=VERSION).contains(&version) {
         return Err(Error::UnsupportedVersion {
             found: version,
             supported: VERSION,
@@ -119,10 +120,10 @@ pub fn read(mut input: impl Read) -> Result<Profile> {
             "no compressed data after the header",
         ));
     }
-    let profile = if version == 1 {
-        decode::<ProfileV1>(&body)?.upgrade()?
-    } else {
-        decode::<Profile>(&body)?
+    let profile = match version {
+        1 => decode::<ProfileV1>(&body)?.upgrade()?,
+        2 => decode::<ProfileV2>(&body)?.upgrade(),
+        _ => decode::<Profile>(&body)?,
     };
     profile.validate().map_err(|e| Error::invalid(FORMAT, e))?;
     Ok(profile)
@@ -143,6 +144,29 @@ fn decode<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T> {
         ));
     }
     Ok(value)
+}
+
+/// A version 2 profile: no timeline.
+#[derive(Deserialize)]
+struct ProfileV2 {
+    meta: Meta,
+    frames: Vec<Frame>,
+    stacks: Stacks,
+    threads: Vec<Thread>,
+    samples: Vec<Sample>,
+}
+
+impl ProfileV2 {
+    fn upgrade(self) -> Profile {
+        Profile {
+            meta: self.meta,
+            frames: self.frames,
+            stacks: self.stacks,
+            threads: self.threads,
+            samples: self.samples,
+            timeline: Vec::new(),
+        }
+    }
 }
 
 /// A version 1 profile: stacks as lists of frames, root first.
@@ -197,6 +221,7 @@ impl ProfileV1 {
             stacks,
             threads: self.threads,
             samples,
+            timeline: Vec::new(),
         })
     }
 }
@@ -223,7 +248,7 @@ fn read_up_to(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testdata::sample_profile;
+    use crate::testdata::{sample_profile, timed_profile};
 
     fn encode(p: &Profile) -> Vec<u8> {
         let mut buf = Vec::new();
@@ -281,9 +306,11 @@ mod tests {
         let p = sample_profile();
         let bytes = encode(&p);
         assert_eq!(&bytes[..8], b"JVMPROF\0");
-        assert_eq!(&bytes[8..10], &[2, 0]);
+        assert_eq!(&bytes[8..10], &[3, 0]);
         assert_eq!(&bytes[10..12], &[0x1f, 0x8b], "gzip follows the header");
         assert_eq!(read(&bytes[..]).unwrap(), p);
+        let timed = timed_profile();
+        assert_eq!(read(&encode(&timed)[..]).unwrap(), timed);
     }
 
     /// A file written by version 1 must keep reading as the same profile. If this fails after a
@@ -302,6 +329,18 @@ mod tests {
         let bytes = include_bytes!("../testdata/sample-v2.jvmprof");
         assert_eq!(&bytes[8..10], &[2, 0]);
         assert_eq!(read(&bytes[..]).unwrap(), sample_profile());
+    }
+
+    /// The same for version 3 (with a timeline). `JVMPROF_WRITE_GOLDEN=1` writes it anew.
+    #[test]
+    fn reads_the_version_3_golden_file() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/sample-v3.jvmprof");
+        if std::env::var_os("JVMPROF_WRITE_GOLDEN").is_some() {
+            std::fs::write(path, encode(&timed_profile())).unwrap();
+        }
+        let bytes = std::fs::read(path).unwrap();
+        assert_eq!(&bytes[8..10], &[3, 0]);
+        assert_eq!(read(&bytes[..]).unwrap(), timed_profile());
     }
 
     #[test]
@@ -331,7 +370,7 @@ mod tests {
         let e = read(&bytes[..]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "jvmprof format version 7 not supported (this build reads versions 1 to 2)"
+            "jvmprof format version 7 not supported (this build reads versions 1 to 3)"
         );
     }
 
@@ -395,7 +434,7 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn never_panics_on_garbage(tail in proptest::collection::vec(proptest::num::u8::ANY, 0..200), version in 1u8..=2) {
+        fn never_panics_on_garbage(tail in proptest::collection::vec(proptest::num::u8::ANY, 0..200), version in 1u8..=3) {
             let mut bytes = b"JVMPROF\0\x00\x00".to_vec();
             bytes[8] = version;
             bytes.extend_from_slice(&tail);
@@ -412,7 +451,7 @@ mod tests {
         }
 
         #[test]
-        fn never_panics_on_garbage_postcard(body in proptest::collection::vec(proptest::num::u8::ANY, 0..300), version in 1u8..=2) {
+        fn never_panics_on_garbage_postcard(body in proptest::collection::vec(proptest::num::u8::ANY, 0..300), version in 1u8..=3) {
             // Valid gzip around random postcard bytes exercises the decoder and the validation.
             let mut bytes = b"JVMPROF\0\x00\x00".to_vec();
             bytes[8] = version;

@@ -1,8 +1,12 @@
 //! speedscope (`.speedscope.json`), the file format of <https://www.speedscope.app>: frames
 //! shared by name, and one `sampled` profile per thread (in thread order) whose samples are the
-//! thread's distinct rendered stacks (root first) with their values as weights. The stacks are
-//! aggregated, not in time order, so speedscope's time-order view is an ordered summary; its
-//! left-heavy and sandwich views are exact. Threads with no value in the metric are left out.
+//! thread's rendered stacks (root first) with their values as weights. Where the profile has a
+//! timeline covering every sample (cpu and wall sampling, JFR input), the samples are in time
+//! order, each sample's value spread over its times in proportion to their periods, so
+//! speedscope's time-order view follows real time (without the gaps: see `.trace.json` for
+//! those); otherwise each thread's distinct stacks are listed once, aggregated and sorted, and
+//! the time-order view is an ordered summary. The left-heavy and sandwich views are exact
+//! either way. Threads with no value in the metric are left out.
 
 use crate::error::Result;
 use crate::format::{ExportOptions, resolve_metric};
@@ -75,30 +79,20 @@ pub fn write(profile: &Profile, options: &ExportOptions, out: impl Write) -> Res
             })
         })
         .collect();
-    // Per thread: rendered stack -> value.
-    let mut per_thread: Vec<HashMap<Vec<u32>, u64>> = vec![HashMap::new(); profile.threads.len()];
-    for s in &profile.samples {
-        let v = s.values[metric];
-        let stack = profile.stacks.frames(s.stack);
-        if v == 0 || stack.is_empty() {
-            continue;
-        }
-        let key: Vec<u32> = stack.iter().map(|f| name_ids[*f as usize]).collect();
-        let acc = per_thread[s.thread as usize].entry(key).or_insert(0);
-        *acc = acc.saturating_add(v);
-    }
+    let key = |stack: u32| -> Vec<u32> {
+        let stack = profile.stacks.frames(stack);
+        stack.iter().map(|f| name_ids[*f as usize]).collect()
+    };
+    let per_thread = match in_time_order(profile, metric, &key) {
+        Some(p) => p,
+        None => aggregated(profile, metric, &key, &frames),
+    };
     let unit = unit(profile.meta.metrics[metric]);
     let mut profiles = Vec::new();
     for (thread, stacks) in profile.threads.iter().zip(per_thread) {
         if stacks.is_empty() {
             continue;
         }
-        let mut stacks: Vec<(Vec<u32>, u64)> = stacks.into_iter().collect();
-        stacks.sort_by(|(a, _), (b, _)| {
-            let a = a.iter().map(|i| frames[*i as usize].name.as_str());
-            let b = b.iter().map(|i| frames[*i as usize].name.as_str());
-            a.cmp(b)
-        });
         let (samples, weights): (Vec<Vec<u32>>, Vec<u64>) = stacks.into_iter().unzip();
         let end_value = weights.iter().fold(0u64, |a, w| a.saturating_add(*w));
         profiles.push(SampledProfile {
@@ -130,10 +124,103 @@ pub fn write(profile: &Profile, options: &ExportOptions, out: impl Write) -> Res
     Ok(())
 }
 
+/// Per thread (by index): its stacks (frame ids, root first) with their values, in output order.
+type PerThread = Vec<Vec<(Vec<u32>, u64)>>;
+
+/// Each thread's (stack, value) in time order, from the timeline, or `None` if the timeline
+/// does not account for every sample's periods (no timeline, a capped one, or no `samples`
+/// metric to check it against). Runs of one stack are merged.
+fn in_time_order(
+    profile: &Profile,
+    metric: usize,
+    key: &dyn Fn(u32) -> Vec<u32>,
+) -> Option<PerThread> {
+    let periods_metric = profile.metric_index(Metric::Samples)?;
+    if profile.timeline.is_empty() {
+        return None;
+    }
+    // Periods the timeline gives each sample; they must be all of its periods.
+    let mut left: Vec<(u64, u64)> = profile
+        .samples
+        .iter()
+        .map(|s| (s.values[periods_metric], s.values[metric]))
+        .collect();
+    let mut seen = vec![0u64; profile.samples.len()];
+    for t in &profile.timeline {
+        seen[t.sample as usize] += u64::from(t.weight.max(1));
+    }
+    if seen
+        .iter()
+        .zip(&left)
+        .any(|(seen, (periods, _))| seen != periods)
+    {
+        return None;
+    }
+    let mut order: Vec<usize> = (0..profile.timeline.len()).collect();
+    order.sort_by_key(|&i| profile.timeline[i].offset_ns);
+    let mut keys: Vec<Option<Vec<u32>>> = vec![None; profile.samples.len()];
+    let mut per_thread: PerThread = vec![Vec::new(); profile.threads.len()];
+    for i in order {
+        let t = profile.timeline[i];
+        let s = &profile.samples[t.sample as usize];
+        let (periods, value) = &mut left[t.sample as usize];
+        let w = u64::from(t.weight.max(1));
+        // This entry's share of the value; the last one takes what rounding left.
+        let share = if w >= *periods {
+            *value
+        } else {
+            (u128::from(*value) * u128::from(w) / u128::from(*periods)) as u64
+        };
+        *periods -= w.min(*periods);
+        *value -= share;
+        let k = keys[t.sample as usize].get_or_insert_with(|| key(s.stack));
+        if share == 0 || k.is_empty() {
+            continue;
+        }
+        let run = &mut per_thread[s.thread as usize];
+        match run.last_mut() {
+            Some((last, v)) if last == k => *v = v.saturating_add(share),
+            _ => run.push((k.clone(), share)),
+        }
+    }
+    Some(per_thread)
+}
+
+/// Each thread's distinct stacks with their summed values, sorted by frame names.
+fn aggregated(
+    profile: &Profile,
+    metric: usize,
+    key: &dyn Fn(u32) -> Vec<u32>,
+    frames: &[FrameEntry],
+) -> PerThread {
+    let mut per_thread: Vec<HashMap<Vec<u32>, u64>> = vec![HashMap::new(); profile.threads.len()];
+    for s in &profile.samples {
+        let v = s.values[metric];
+        let k = key(s.stack);
+        if v == 0 || k.is_empty() {
+            continue;
+        }
+        let acc = per_thread[s.thread as usize].entry(k).or_insert(0);
+        *acc = acc.saturating_add(v);
+    }
+    per_thread
+        .into_iter()
+        .map(|stacks| {
+            let mut stacks: Vec<(Vec<u32>, u64)> = stacks.into_iter().collect();
+            stacks.sort_by(|(a, _), (b, _)| {
+                let a = a.iter().map(|i| frames[*i as usize].name.as_str());
+                let b = b.iter().map(|i| frames[*i as usize].name.as_str());
+                a.cmp(b)
+            });
+            stacks
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testdata::{alloc_profile, sample_profile};
+    use crate::testdata::{alloc_profile, sample_profile, timed_profile};
     use serde_json::{Value, json};
 
     fn export(p: &Profile, metric: Option<Metric>) -> Value {
@@ -183,6 +270,23 @@ mod tests {
                 },
             ])
         );
+    }
+
+    #[test]
+    fn a_timeline_puts_the_samples_in_time_order() {
+        // timed_profile: main runs put (0-20 ms, 30-40 ms: lines differ, names do not), then
+        // work alone at 50 ms; the worker writes at 5-25 ms (4 periods) and runs work at 105.
+        let v = export(&timed_profile(), Some(Metric::Ns));
+        let ms = 10_000_000u64;
+        assert_eq!(v["profiles"][0]["samples"], json!([[0, 1, 2], [0, 1]]));
+        assert_eq!(v["profiles"][0]["weights"], json!([5 * ms, ms]));
+        assert_eq!(v["profiles"][1]["samples"], json!([[3, 4, 5], [0, 1]]));
+        assert_eq!(v["profiles"][1]["weights"], json!([4 * ms, ms]));
+        // A timeline that misses periods (capped by the agent) falls back to the summary.
+        let mut p = timed_profile();
+        p.timeline.pop();
+        let v = export(&p, Some(Metric::Ns));
+        assert_eq!(v["profiles"][1]["samples"], json!([[0, 1], [3, 4, 5]]));
     }
 
     #[test]

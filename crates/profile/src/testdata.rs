@@ -68,6 +68,41 @@ pub fn sample_profile() -> Profile {
     b.finish()
 }
 
+/// [`sample_profile`] with a timeline (offsets in ms; sample indices in the order added):
+///
+/// | thread   | at (ms)            | stack              |
+/// |----------|--------------------|--------------------|
+/// | main     | 0, 10, 20          | …work (10); put    |
+/// | main     | 30, 40             | …work (12); put    |
+/// | main     | 50                 | …work (10)         |
+/// | worker-1 | 5, 15, 25 (×2)     | …Inner.run; write  |
+/// | worker-1 | 105                | …work (10)         |
+///
+/// The worker's sample at 25 ms stands for two periods (a timer overrun).
+pub fn timed_profile() -> Profile {
+    let mut p = sample_profile();
+    let ms = 1_000_000;
+    for (at, sample, weight) in [
+        (0, 0, 1),
+        (5, 3, 1),
+        (10, 0, 1),
+        (15, 3, 1),
+        (20, 0, 1),
+        (25, 3, 2),
+        (30, 1, 1),
+        (40, 1, 1),
+        (50, 2, 1),
+        (105, 4, 1),
+    ] {
+        p.timeline.push(TimedSample {
+            offset_ns: at * ms,
+            sample,
+            weight,
+        });
+    }
+    p
+}
+
 /// An alloc profile whose leaves are allocated types.
 #[allow(dead_code)] // used by the report and flame graph tests
 pub fn alloc_profile() -> Profile {

@@ -289,7 +289,15 @@ impl Engine for CpuSignal {
                 stack.push(sink.synthetic(&format!("[unknown: {reason}]")));
             }
             let stack_id = sink.stack(&stack);
-            sink.add(thread, stack_id, ThreadState::Running, &values);
+            let weight = weight.min(u32::MAX as u64) as u32;
+            sink.add_at(
+                thread,
+                stack_id,
+                ThreadState::Running,
+                &values,
+                header.time_ns,
+                weight,
+            );
         });
     }
 

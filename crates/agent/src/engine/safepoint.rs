@@ -74,6 +74,7 @@ impl Engine for Safepoint {
             state.failed_walks += 1;
             return;
         };
+        let now = jvmprof_jvmti::os::monotonic_ns();
         for ts in &stacks {
             if ts.frames.is_empty() {
                 continue; // JVM-internal or agent thread: no Java code to show
@@ -101,7 +102,8 @@ impl Engine for Safepoint {
                 (Metric::Samples, count),
                 (Metric::Ns, count * self.interval_ns()),
             ]);
-            sink.add(thread, stack, thread_state, &v);
+            let weight = count.min(u32::MAX as u64) as u32;
+            sink.add_at(thread, stack, thread_state, &v, now, weight);
         }
     }
 

@@ -57,6 +57,8 @@ struct Chunk {
     end: usize,
     start_nanos: i64,
     duration_nanos: i64,
+    /// The tick count at `start_nanos`.
+    start_ticks: i64,
     ticks_per_second: i64,
     meta: Metadata,
     /// Byte offset of each constant's value, by (type id, key).
@@ -70,6 +72,16 @@ impl Chunk {
         }
         let ns = i128::from(ticks) * 1_000_000_000 / i128::from(self.ticks_per_second);
         u64::try_from(ns).unwrap_or(u64::MAX)
+    }
+
+    /// The wall-clock time (ns since the epoch) of a tick count.
+    fn ticks_to_unix_ns(&self, ticks: i64) -> i64 {
+        if self.ticks_per_second <= 0 {
+            return self.start_nanos;
+        }
+        let since = i128::from(ticks) - i128::from(self.start_ticks);
+        let ns = since * 1_000_000_000 / i128::from(self.ticks_per_second);
+        i64::try_from(i128::from(self.start_nanos) + ns).unwrap_or(self.start_nanos)
     }
 }
 
@@ -371,7 +383,17 @@ pub(super) fn read(bytes: &[u8]) -> Result<Profile> {
                 (Some(s), None) => s,
                 (None, None) => b.stack(&[]),
             };
-            b.add(thread, stack, state, &values);
+            let idx = b.add(thread, stack, state, &values);
+            // Sampled events go on the timeline (allocations and lock waits are not samples of
+            // time), at their offset from the recording's start.
+            if matches!(
+                kind,
+                Kind::ExecutionSample | Kind::CpuTimeSample | Kind::NativeMethodSample
+            ) && let Some(ticks) = ev.int("startTime")
+            {
+                let at = chunk.ticks_to_unix_ns(ticks).saturating_sub(start).max(0) as u64;
+                b.add_time(idx, at, 1);
+            }
         }
     }
     if failed > 0 {
@@ -459,7 +481,7 @@ fn read_chunk(bytes: &[u8], start: usize) -> Result<Chunk> {
     let meta_offset = c.be_u64("the metadata offset")?;
     let start_nanos = c.be_u64("the start time")? as i64;
     let duration_nanos = c.be_u64("the duration")? as i64;
-    let _start_ticks = c.be_u64("the start ticks")?;
+    let start_ticks = c.be_u64("the start ticks")? as i64;
     let ticks_per_second = c.be_u64("the tick frequency")? as i64;
     let left = (bytes.len() - start) as u64;
     if size < HEADER_SIZE as u64 {
@@ -572,6 +594,7 @@ fn read_chunk(bytes: &[u8], start: usize) -> Result<Chunk> {
         end,
         start_nanos,
         duration_nanos,
+        start_ticks,
         ticks_per_second,
         meta,
         pools,

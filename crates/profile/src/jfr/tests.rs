@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::model::*;
-use crate::testdata::{alloc_profile, sample_profile};
+use crate::testdata::{alloc_profile, sample_profile, timed_profile};
 use std::collections::BTreeMap;
 
 type Key = (
@@ -146,6 +146,39 @@ fn our_recordings_read_back_with_the_same_stacks_and_values() {
     let back = round_trip(&mixed_profile());
     assert_eq!(back.meta.modes, ["cpu", "wall", "alloc", "lock"]);
     assert_eq!(back.meta.duration_ms, 3_000);
+}
+
+/// Every period of the timeline as (ms from the start, thread, stack names), sorted: an entry
+/// of weight w stands for w periods ending at its time.
+fn timeline_periods(p: &Profile) -> Vec<(u64, String, Vec<String>)> {
+    let mut v = Vec::new();
+    for t in &p.timeline {
+        let s = &p.samples[t.sample as usize];
+        let names: Vec<String> = p.stack_frames(s.stack).map(|f| f.name()).collect();
+        for k in 0..u64::from(t.weight) {
+            let at = t.offset_ns - k * p.meta.interval_ns;
+            v.push((
+                at / 1_000_000,
+                p.threads[s.thread as usize].name.clone(),
+                names.clone(),
+            ));
+        }
+    }
+    v.sort();
+    v
+}
+
+#[test]
+fn sample_times_survive_a_round_trip() {
+    let p = timed_profile();
+    let back = round_trip(&p);
+    assert_eq!(canonical(&back), canonical(&p));
+    let periods = timeline_periods(&back);
+    assert_eq!(periods.len(), 11, "{periods:?}");
+    assert_eq!(periods, timeline_periods(&p));
+    // Without a timeline the reader still times the samples it reads (spread evenly).
+    let plain = round_trip(&sample_profile());
+    assert_eq!(plain.timeline.len(), 11);
 }
 
 #[test]

@@ -475,6 +475,28 @@ struct Planned {
     value: u64,
 }
 
+/// Each sample's times (ns from the start, one per period: an entry standing for `w` periods
+/// gives `w` times a period apart, ending at its own), if the timeline accounts for every
+/// period of every sample (`samples` is the index of the periods metric); `None` otherwise.
+fn sample_times(profile: &Profile, samples: usize, period: u64) -> Option<Vec<Vec<u64>>> {
+    if profile.timeline.is_empty() {
+        return None;
+    }
+    let mut times: Vec<Vec<u64>> = vec![Vec::new(); profile.samples.len()];
+    for t in &profile.timeline {
+        let w = u64::from(t.weight.max(1));
+        let list = &mut times[t.sample as usize];
+        for k in (0..w).rev() {
+            list.push(t.offset_ns.saturating_sub(k.saturating_mul(period)));
+        }
+    }
+    let complete = times
+        .iter()
+        .zip(&profile.samples)
+        .all(|(t, s)| t.len() as u64 == s.values[samples]);
+    complete.then_some(times)
+}
+
 /// Splits `total` into `n` parts that add up to it.
 fn part(total: u64, n: u64, i: u64) -> u64 {
     total / n + u64::from(i < total % n)
@@ -554,19 +576,28 @@ pub(super) fn write(profile: &Profile, mut out: impl Write) -> Result<()> {
         }
     }
     let total_events: u64 = plan.iter().fold(0u64, |a, p| a.saturating_add(p.2));
+    let timed = samples.and_then(|i| sample_times(profile, i, period));
+    let last_time = timed.iter().flatten().flatten().max().map_or(0, |t| t + 1);
     let duration_ns = if profile.meta.duration_ms > 0 {
         profile.meta.duration_ms.saturating_mul(1_000_000)
     } else {
         total_events
             .saturating_mul(period.max(1_000_000))
             .max(1_000_000_000)
-    };
+    }
+    .max(last_time);
     let mut events: Vec<Planned> = Vec::with_capacity(total_events.min(1 << 24) as usize);
     for &(sample, kind, count, total) in &plan {
         for j in 0..count {
-            // Event j of n sits in the middle of the j-th n-th of the recording.
-            let time = ((u128::from(j) * 2 + 1) * u128::from(duration_ns) / (u128::from(count) * 2))
-                as u64;
+            let time = match (&timed, kind) {
+                // A sample with a timeline keeps its real times.
+                (Some(times), Kind::Execution | Kind::Native) => times[sample as usize][j as usize],
+                // Otherwise event j of n sits in the middle of the j-th n-th of the recording.
+                _ => {
+                    ((u128::from(j) * 2 + 1) * u128::from(duration_ns) / (u128::from(count) * 2))
+                        as u64
+                }
+            };
             events.push(Planned {
                 time,
                 sample,
