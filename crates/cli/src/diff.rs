@@ -28,7 +28,7 @@ pub fn run(args: Args) -> Result<i32> {
     let base = jvmprof_profile::read_any(&args.base)?;
     let new = jvmprof_profile::read_any(&args.new)?;
     let Some(output) = &args.output else {
-        print!("{}", diff::text(&base, &new, metric, args.top)?);
+        jvmprof_cli::print_out(&diff::text(&base, &new, metric, args.top)?)?;
         return Ok(0);
     };
     let options = ExportOptions {

@@ -76,18 +76,15 @@ pub fn run(args: Args) -> Result<i32> {
         );
     }
     if args.format == "json" {
-        println!("{}", String::from_utf8_lossy(&json));
+        jvmprof_cli::print_out(&format!("{}\n", String::from_utf8_lossy(&json)))?;
         return Ok(0);
     }
     let value: Value = serde_json::from_slice(&json).context("the agent's dump is not JSON")?;
-    print!(
-        "{}",
-        if args.heap {
-            heap_text(&value)
-        } else {
-            threads_text(&value)
-        }
-    );
+    jvmprof_cli::print_out(&if args.heap {
+        heap_text(&value)
+    } else {
+        threads_text(&value)
+    })?;
     Ok(0)
 }
 

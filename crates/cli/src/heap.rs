@@ -84,16 +84,7 @@ pub fn run(args: Args) -> Result<i32> {
         Some(path) => {
             std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))?
         }
-        None => {
-            let mut stdout = std::io::stdout().lock();
-            if let Err(e) = stdout
-                .write_all(out.as_bytes())
-                .and_then(|()| stdout.flush())
-                && e.kind() != std::io::ErrorKind::BrokenPipe
-            {
-                return Err(e.into());
-            }
-        }
+        None => jvmprof_cli::print_out(&out)?,
     }
     Ok(0)
 }

@@ -9,6 +9,14 @@ use anyhow::Context;
 use jvmprof_classfile::instrument::Probes;
 
 #[derive(clap::Args)]
+#[command(after_help = "\
+Where the profile goes: run the output with -Djvmprof.output=FILE and it writes the counts, in \
+collapsed format (one `frame;frame;frame value` line per calling context), to FILE at JVM exit; \
+without it they go to standard error. -Djvmprof.value=bytecodes writes executed bytecodes \
+instead of calls (with --probes bytecodes or exact). Example:
+  jvmprof instrument --probes exact app.jar -o app-instr.jar
+  java -Djvmprof.output=calls.collapsed -cp app-instr.jar Main
+  jvmprof convert calls.collapsed -o calls.html")]
 pub struct Args {
     /// Which probes: none (round trip only), calls (method entry/exit), bytecodes (per
     /// basic-block bytecode counts), bytecodes-precise (blocks also end after every

@@ -16,3 +16,17 @@ pub fn value_metric(value: Option<&str>) -> anyhow::Result<Option<jvmprof_profil
         })
         .transpose()
 }
+
+/// Writes `text` to stdout. A reader that went away (`report | head`) is not an error: the
+/// command ends quietly, as `head` asked, instead of panicking in `print!`.
+pub fn print_out(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}

@@ -20,7 +20,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "jvmprof",
-    version,
+    version = env!("JVMPROF_VERSION"),
     about = "A profiler for Java (JVM) applications"
 )]
 struct Cli {
@@ -77,8 +77,25 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("jvmprof: {e:#}");
+            eprintln!("jvmprof: {}", message(&e));
             std::process::exit(2);
         }
     }
+}
+
+/// An error and its causes, each said once: our errors already include their source in their
+/// own message, so `{e:#}` would print "No such file or directory" three times.
+fn message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let m = cause.to_string();
+        if out.contains(&m) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&m);
+    }
+    out
 }

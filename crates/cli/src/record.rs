@@ -48,7 +48,8 @@ pub struct Args {
     #[arg(long)]
     pub threads: bool,
     /// Output file; its extension picks the format (.html, .collapsed, .pb.gz,
-    /// .speedscope.json, .jfr, .jvmprof, ...).
+    /// .speedscope.json, .jfr, .trace.json, .jvmprof, ...). `%p` in the name becomes the JVM's
+    /// pid, `%t` the start time (YYYYMMDD-hhmmss, UTC).
     #[arg(short = 'o', long = "output", default_value = "profile.html")]
     pub output: PathBuf,
     /// Output format, overriding the extension.
@@ -95,6 +96,10 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<i32> {
     let agent = find_agent(args.agent.as_deref())?;
+    // `%p` and `%t` in -o: the JVM's pid (known now with --pid, after the launch otherwise) and
+    // the time the session began.
+    let started = jvmprof_options::unix_now();
+    let output_for = |pid: u32| jvmprof_options::expand_file_name(&args.output, pid, started);
     let work = TempDir::new()?;
     let native = work.path.join("profile.jvmprof");
     let status = work.path.join("status");
@@ -166,7 +171,7 @@ pub fn run(args: Args) -> Result<i32> {
     if args.pid.is_some() {
         // The agent stops by itself and writes what was asked for if this process disappears,
         // and tells this process what it says through the log file.
-        let output = std::path::absolute(&args.output)?;
+        let output = std::path::absolute(output_for(args.pid.unwrap_or(0)))?;
         if let Some((pid, start)) = jvmprof_options::this_process_as_owner() {
             options.push_str(&format!(",owner={pid}:{start}"));
         }
@@ -189,10 +194,14 @@ pub fn run(args: Args) -> Result<i32> {
         );
     }
     let format = parsed
-        .check_output(&args.output, args.format.as_deref(), args.value.as_deref())
+        .check_output(
+            &output_for(args.pid.unwrap_or(0)),
+            args.format.as_deref(),
+            args.value.as_deref(),
+        )
         .map_err(|e| anyhow!(e))?;
     let metric = jvmprof_cli::value_metric(args.value.as_deref())?;
-    let code = match args.pid {
+    let (code, pid) = match args.pid {
         Some(pid) => {
             let waiting = Waiting {
                 native: &native,
@@ -201,16 +210,17 @@ pub fn run(args: Args) -> Result<i32> {
                 duration: parsed.duration,
             };
             attach_and_record(pid, &agent, &options, &waiting)?;
-            0
+            (0, pid)
         }
         None => launch(&args.command, &agent, &options, &status)?,
     };
+    let output = output_for(pid);
     if !native.exists() {
         bail!("the agent wrote no profile (see its messages above)");
     }
     let profile = jvmprof_profile::read_any(&native)?;
-    let out = std::fs::File::create(&args.output)
-        .with_context(|| format!("cannot create {}", args.output.display()))?;
+    let out = std::fs::File::create(&output)
+        .with_context(|| format!("cannot create {}", output.display()))?;
     let export = ExportOptions {
         metric,
         threads: args.threads,
@@ -227,7 +237,7 @@ pub fn run(args: Args) -> Result<i32> {
         profile.samples.iter().map(|s| s.values[0]).sum::<u64>(),
         failures,
         profile.meta.dropped_samples,
-        args.output.display()
+        output.display()
     );
     Ok(code)
 }
@@ -251,7 +261,8 @@ pub fn find_agent(explicit: Option<&Path>) -> Result<PathBuf> {
 }
 
 /// Runs `java ...` with the agent; returns the JVM's exit code (128 + signal if it was killed).
-fn launch(command: &[String], agent: &Path, options: &str, status: &Path) -> Result<i32> {
+/// Runs the JVM with the agent; returns its exit code and its pid.
+fn launch(command: &[String], agent: &Path, options: &str, status: &Path) -> Result<(i32, u32)> {
     let Some((java, rest)) = command.split_first() else {
         bail!(
             "nothing to run: give the JVM command after `--`, e.g. jvmprof record -- java -jar app.jar"
@@ -263,6 +274,7 @@ fn launch(command: &[String], agent: &Path, options: &str, status: &Path) -> Res
         .args(rest)
         .spawn()
         .with_context(|| format!("cannot run {java}"))?;
+    let pid = child.id();
     let progress = Progress::new(status);
     let exit = loop {
         if let Some(exit) = child.try_wait()? {
@@ -275,7 +287,7 @@ fn launch(command: &[String], agent: &Path, options: &str, status: &Path) -> Res
     if interrupted.load(Ordering::Relaxed) {
         eprintln!("jvmprof: interrupted; the JVM wrote its profile on the way out");
     }
-    Ok(exit_code(exit))
+    Ok((exit_code(exit), pid))
 }
 
 fn exit_code(status: ExitStatus) -> i32 {
@@ -410,28 +422,41 @@ fn ignore_interrupts() -> Result<Arc<AtomicBool>> {
 }
 
 /// The `recording 12s, 1234 samples` line on a terminal.
+/// The progress line: redrawn in place on a terminal; otherwise (a CI log, `2> file`) a plain
+/// line every [`PROGRESS_EVERY`], so a long run still shows it is alive and sampling.
 struct Progress {
     status: PathBuf,
     tty: bool,
+    last: std::cell::Cell<Instant>,
 }
+
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 impl Progress {
     fn new(status: &Path) -> Progress {
         Progress {
             status: status.to_path_buf(),
             tty: std::io::stderr().is_terminal(),
+            last: std::cell::Cell::new(Instant::now()),
         }
     }
 
     fn show(&self) {
         if !self.tty {
-            return;
+            if self.last.get().elapsed() < PROGRESS_EVERY {
+                return;
+            }
+            self.last.set(Instant::now());
         }
         if let Ok(text) = std::fs::read_to_string(&self.status) {
             let mut it = text.split_whitespace();
             if let (Some(ms), Some(n)) = (it.next(), it.next()) {
                 let secs = ms.parse::<u64>().unwrap_or(0) / 1000;
-                eprint!("\r\x1b[2Kjvmprof: recording {secs}s, {n} samples");
+                if self.tty {
+                    eprint!("\r\x1b[2Kjvmprof: recording {secs}s, {n} samples");
+                } else {
+                    eprintln!("jvmprof: recording {secs}s, {n} samples");
+                }
             }
         }
     }

@@ -27,6 +27,6 @@ pub fn run(args: Args) -> Result<i32> {
         top: args.top,
         per_thread: args.threads,
     };
-    print!("{}", text(&profile, &options));
+    jvmprof_cli::print_out(&text(&profile, &options))?;
     Ok(0)
 }

@@ -64,9 +64,9 @@ pub fn status(args: StatusArgs) -> Result<i32> {
     let v: Value = serde_json::from_str(&reply).context("the agent's status is not JSON")?;
     let running = v["running"].as_bool().unwrap_or(false);
     if args.format == "json" {
-        println!("{reply}");
+        jvmprof_cli::print_out(&format!("{reply}\n"))?;
     } else {
-        println!("{}", status_text(args.pid, &v));
+        jvmprof_cli::print_out(&format!("{}\n", status_text(args.pid, &v)))?;
     }
     Ok(if running { 0 } else { 1 })
 }

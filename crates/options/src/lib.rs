@@ -324,6 +324,64 @@ pub fn process_start_ticks(pid: u32) -> Option<u64> {
 
 pub const KNOWN_KEYS: &str = "mode, interval, alloc_interval, live, lock_threshold, file, format, value, threads, depth, engine, cpu_engine, recover_walks, duration, status, flush, server, token, refresh, owner, owner_file, log, hprof_on_oom, hprof_on_exit, stop, reply, query, dump, heap, include, exclude, bba, max_nodes";
 
+/// A file name with `%p` replaced by `pid`, `%t` by the time `unix_secs` as `YYYYMMDD-hhmmss`
+/// (UTC) and `%%` by `%`, as async-profiler names its files; other `%` stay as they are.
+pub fn expand_file_name(path: &Path, pid: u32, unix_secs: u64) -> PathBuf {
+    let text = path.to_string_lossy();
+    if !text.contains('%') {
+        return path.to_path_buf();
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, chars.peek()) {
+            ('%', Some('p')) => out.push_str(&pid.to_string()),
+            ('%', Some('t')) => out.push_str(&utc_stamp(unix_secs)),
+            ('%', Some('%')) => out.push('%'),
+            _ => {
+                out.push(c);
+                continue;
+            }
+        }
+        chars.next();
+    }
+    PathBuf::from(out)
+}
+
+/// `YYYYMMDD-hhmmss` of a Unix time, in UTC (days to a civil date as in H. Hinnant's
+/// `civil_from_days`).
+fn utc_stamp(unix_secs: u64) -> String {
+    let (days, secs) = (unix_secs / 86_400, unix_secs % 86_400);
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+/// Seconds since the Unix epoch, now.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// An output file named in the options, with `%p` and `%t` expanded for this process (the
+/// agent's JVM) and now.
+fn here(name: &str) -> PathBuf {
+    expand_file_name(Path::new(name), std::process::id(), unix_now())
+}
+
 pub fn parse(text: &str) -> Result<Command, String> {
     let items: Vec<(&str, Option<&str>)> = text
         .split(',')
@@ -427,7 +485,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
                     ));
                 }
             }
-            "file" => o.file = Some(PathBuf::from(need()?)),
+            "file" => o.file = Some(here(need()?)),
             "server" => o.server = Some(need()?.to_string()),
             "token" => o.token = Some(need()?.to_string()),
             "refresh" => {
@@ -480,10 +538,10 @@ pub fn parse(text: &str) -> Result<Command, String> {
                     _ => return Err(format!("owner '{v}' is not PID:START_TICKS")),
                 }
             }
-            "owner_file" => o.owner_file = Some(PathBuf::from(need()?)),
+            "owner_file" => o.owner_file = Some(here(need()?)),
             "log" => o.log = Some(PathBuf::from(need()?)),
-            "hprof_on_oom" => o.hprof_on_oom = Some(PathBuf::from(need()?)),
-            "hprof_on_exit" => o.hprof_on_exit = Some(PathBuf::from(need()?)),
+            "hprof_on_oom" => o.hprof_on_oom = Some(here(need()?)),
+            "hprof_on_exit" => o.hprof_on_exit = Some(here(need()?)),
             "reply" => {}
             "status" => o.status = Some(PathBuf::from(need()?)),
             "flush" => {
@@ -757,6 +815,24 @@ mod tests {
         assert_eq!(cpu.check_output(&trace, None, None).unwrap(), Format::Trace);
         let e = lock.check_output(&trace, None, None).unwrap_err();
         assert!(e.contains("which cpu and wall sampling record"), "{e}");
+    }
+
+    #[test]
+    fn file_names_expand_pid_and_time() {
+        // 2026-11-24 23:41:11 UTC.
+        let t = 1_795_563_671;
+        assert_eq!(utc_stamp(t), "20261124-234111");
+        assert_eq!(utc_stamp(0), "19700101-000000");
+        assert_eq!(utc_stamp(951_782_400), "20000229-000000");
+        let p = expand_file_name(Path::new("/tmp/%p/cpu-%p-%t.jfr"), 42, t);
+        assert_eq!(p, Path::new("/tmp/42/cpu-42-20261124-234111.jfr"));
+        let p = expand_file_name(Path::new("100%%-%x-%"), 1, t);
+        assert_eq!(p, Path::new("100%-%x-%"));
+        let Command::Start(o) = parse("file=/tmp/p-%p.html").unwrap() else {
+            panic!()
+        };
+        let want = format!("/tmp/p-{}.html", std::process::id());
+        assert_eq!(o.file.unwrap(), Path::new(&want));
     }
 
     #[test]

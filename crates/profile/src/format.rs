@@ -228,6 +228,11 @@ pub fn read_bytes(bytes: &[u8]) -> Result<Profile> {
         jfr::read(bytes)
     } else if pprof::sniff_gzip(bytes) {
         pprof::read(bytes)
+    } else if let Some(what) = output_only(bytes) {
+        Err(Error::UnknownFormat(format!(
+            "this is {what}, which jvmprof writes but cannot read back; convert or report the \
+             .jvmprof, .jfr, .pb.gz or .collapsed file it was made from"
+        )))
     } else if std::str::from_utf8(bytes).is_ok() {
         collapsed::read(bytes)
     } else {
@@ -239,6 +244,23 @@ pub fn read_bytes(bytes: &[u8]) -> Result<Profile> {
             ),
             e => e,
         })
+    }
+}
+
+/// What an output-only file is, by its first bytes: an HTML page (the flame graph), JSON
+/// (speedscope, trace) or a Graphviz graph, which no reader takes.
+fn output_only(bytes: &[u8]) -> Option<&'static str> {
+    let start = &bytes[..bytes.len().min(512)];
+    let text = String::from_utf8_lossy(start);
+    let head = text.trim_start().to_ascii_lowercase();
+    if head.starts_with("<!doctype html") || head.starts_with("<html") {
+        Some("an HTML page (a flame graph)")
+    } else if head.starts_with('{') || head.starts_with('[') {
+        Some("JSON (speedscope or a timeline)")
+    } else if head.starts_with("digraph") {
+        Some("a Graphviz graph")
+    } else {
+        None
     }
 }
 
@@ -302,6 +324,25 @@ mod tests {
             "unknown format: \"svg\" (known: jvmprof, collapsed, html, pprof, speedscope, dot, jfr, \
              trace)"
         );
+    }
+
+    #[test]
+    fn output_only_files_are_named_as_such() {
+        let p = crate::testdata::timed_profile();
+        for (format, what) in [
+            (Format::Html, "an HTML page"),
+            (Format::Speedscope, "JSON"),
+            (Format::Trace, "JSON"),
+            (Format::Dot, "a Graphviz graph"),
+        ] {
+            let mut bytes = Vec::new();
+            write(&p, format, &ExportOptions::default(), &mut bytes).unwrap();
+            let e = read_bytes(&bytes).unwrap_err().to_string();
+            assert!(
+                e.contains(what) && e.contains("cannot read back"),
+                "{format}: {e}"
+            );
+        }
     }
 
     #[test]
