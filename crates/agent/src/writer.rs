@@ -191,13 +191,7 @@ impl Writer {
                 .unwrap_or_default(),
             pid: std::process::id(),
             command: std::fs::read("/proc/self/cmdline")
-                .map(|b| {
-                    b.split(|c| *c == 0)
-                        .filter(|s| !s.is_empty())
-                        .map(|s| String::from_utf8_lossy(s).into_owned())
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
+                .map(|b| user_command(&b))
                 .unwrap_or_default(),
             start_unix_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -389,6 +383,19 @@ impl Writer {
 
 /// Removes the native, status and log files the owner would have read, and their directory when
 /// it is a jvmprof temporary directory left empty.
+/// The command line as the user typed it, from `/proc/self/cmdline` (NUL-separated): without
+/// the `-agentpath:…libjvmprof…=options` that `jvmprof record` adds, which is long and says
+/// nothing about the application.
+fn user_command(cmdline: &[u8]) -> String {
+    cmdline
+        .split(|c| *c == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s))
+        .filter(|a| !(a.starts_with("-agentpath:") && a.contains("jvmprof")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn remove_private_files(native: &Path, others: &[Option<&Path>]) {
     let _ = std::fs::remove_file(native);
     for f in others.iter().flatten() {
@@ -431,4 +438,18 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     tmp.push(".tmp");
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_leaves_out_our_agent() {
+        let cmdline = b"java\0-Xmx1g\0-agentpath:/opt/jvmprof/libjvmprof_agent.so=mode=cpu,file=/tmp/x\0-agentpath:/opt/other.so\0-jar\0app.jar\0--port\08080\0";
+        assert_eq!(
+            user_command(cmdline),
+            "java -Xmx1g -agentpath:/opt/other.so -jar app.jar --port 8080"
+        );
+    }
 }

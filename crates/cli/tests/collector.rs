@@ -6,6 +6,8 @@
 //! The API contract checked here is the one in crates/collector/src/http.rs. Nothing waits for a
 //! fixed time: every wait polls for a condition with a generous deadline.
 
+mod cdp;
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -466,61 +468,140 @@ fn agent_before_collector_token_and_web_ui() {
     early.kill();
 }
 
-/// The page in headless Chromium: after its script has loaded data, the DOM holds the VM (its
-/// pid), the main thread and its top frame. Skipped, saying so, when Chromium is not installed.
+/// The page in headless Chromium, driven with the real mouse over the DevTools protocol: the VM
+/// (its pid and the user's command, not our -agentpath), the main thread with its stack and a
+/// strip of its recent states; a range dragged on the CPU chart gives a flame graph of exactly
+/// the samples of that range (the series and the profile API agree to the sample); a baseline
+/// and a second range give a differential flame graph; Pause reads "paused" at once and stops
+/// the refresh. Fails under CI when Chromium is missing (CI installs it), skips elsewhere.
 fn check_web_ui(dir: &Path, addr: &str, id: u64) {
-    let Some(chromium) = ["chromium", "chromium-browser"].into_iter().find(|c| {
-        Command::new(c)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }) else {
-        eprintln!("SKIPPED the web UI check: chromium is not installed (apt-get install chromium)");
+    let Some(chromium) = cdp::chromium() else {
         return;
     };
     let pid = vm_pid(addr, id);
-    let url = format!("http://{addr}/?vm={id}&thread=main");
-    let run = |extra: &[&str]| {
-        let profile = dir.join(format!("chromium-{}", extra.len()));
-        Command::new(chromium)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                "--virtual-time-budget=5000",
-                "--window-size=1400,1000",
-            ])
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .args(extra)
-            .arg(&url)
-            .output()
-            .unwrap()
-    };
-    let dom = wait_for(
-        "the web UI to show the VM, its main thread and stack",
-        || {
-            let out = run(&["--dump-dom"]);
-            let dom = String::from_utf8_lossy(&out.stdout).to_string();
-            let ok = dom.contains("data-loaded=\"1\"")
-                && dom.contains(&format!("<td>{pid}</td>"))
-                && dom.contains("<td>main</td>")
-                && dom.contains("Stack of \"main\"")
-                && dom.contains("<li>Service.work");
-            ok.then_some(dom)
-        },
+    let mut b = cdp::Browser::start(chromium, &dir.join("chromium"));
+    b.navigate(&format!("http://{addr}/?vm={id}&thread=main"));
+    b.wait(
+        "the page to load the VM, its main thread and stack",
+        "document.body.dataset.loaded === '1' && document.getElementById('stack-title').textContent",
     );
+    let dom = b.eval("document.documentElement.outerHTML");
+    let dom = dom.as_str().unwrap();
+    assert!(dom.contains(&format!("<td>{pid}</td>")), "{dom}");
+    assert!(dom.contains("<td>main</td>"), "{dom}");
+    assert!(dom.contains("Stack of \"main\""), "{dom}");
+    assert!(dom.contains("<li>Service.work"), "{dom}");
     assert!(dom.contains("class=\"badge connected\""), "{dom}");
+    let command = b.eval(&format!(
+        "document.querySelector('tr[data-vm=\"{id}\"] td.cmd').textContent"
+    ));
+    let command = command.as_str().unwrap();
     assert!(
-        dom.contains(&format!("/api/vms/{id}/profile?format=html")),
-        "flame graph iframe"
+        command.contains("Service") && !command.contains("-agentpath"),
+        "the VM list shows the user's command: {command}"
     );
-    let shot = dir.join("ui.png");
-    run(&[&format!("--screenshot={}", shot.display())]);
-    eprintln!("web UI screenshot: {}", shot.display());
+    // The selected thread's state strip fills, a cell a snapshot.
+    b.wait(
+        "three snapshots in main's state strip",
+        "document.querySelectorAll('#threads tr.sel .hist i').length >= 3",
+    );
+    assert!(
+        b.eval("document.querySelectorAll('#threads tr.sel .hist i.h-R').length")
+            .as_u64()
+            .unwrap()
+            >= 1,
+        "main (busy in Service.work) was running in some snapshot"
+    );
+
+    // The chart, once it has a few seconds: drag over its middle.
+    b.wait(
+        "six points on the CPU chart",
+        "Number(document.getElementById('chart').dataset.points) >= 6",
+    );
+    let range = |b: &mut cdp::Browser| -> (u64, u64) {
+        let v = b.eval("[document.body.dataset.from, document.body.dataset.to]");
+        let n = |i: usize| v[i].as_str().unwrap().parse::<u64>().unwrap();
+        (n(0), n(1))
+    };
+    let drag = |b: &mut cdp::Browser, from: f64, to: f64| {
+        let (l, t, w, h) = b.rect("#chart");
+        b.drag((l + w * from, t + h / 2.0), (l + w * to, t + h / 2.0));
+    };
+    drag(&mut b, 0.2, 0.6);
+    let (from, to) = range(&mut b);
+    assert!(from < to, "{from} {to}");
+    let src = b.eval("document.getElementById('flame').getAttribute('src')");
+    assert_eq!(
+        src.as_str().unwrap(),
+        format!("/api/vms/{id}/profile?format=html&from={from}&to={to}")
+    );
+    let label = b.eval("document.getElementById('selection').textContent");
+    assert!(label.as_str().unwrap().starts_with("selected "), "{label}");
+    // Ground truth for the range: the batches the store holds in it, per the series API.
+    let series = json(
+        addr,
+        &format!("/api/vms/{id}/series?from={from}&to={to}&points=5000"),
+    );
+    let points = series["points"].as_array().unwrap();
+    assert!(!points.is_empty(), "no batch in the dragged range");
+    let want: u64 = points.iter().map(|p| p[1].as_u64().unwrap()).sum();
+    let got = total(
+        &String::from_utf8(get_ok(
+            addr,
+            &format!("/api/vms/{id}/profile?format=collapsed&from={from}&to={to}"),
+        ))
+        .unwrap(),
+    );
+    assert_eq!(got, want, "samples in the dragged range");
+    let everything = total(&collapsed(addr, id));
+    assert!(
+        got < everything,
+        "{got} of {everything}: the range is a part"
+    );
+
+    // Compare: the dragged range as baseline against a later one.
+    b.click("#baseline");
+    let baseline = b.eval("document.getElementById('baseline-label').textContent");
+    assert!(
+        baseline
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("baseline: VM {id}, ")),
+        "{baseline}"
+    );
+    drag(&mut b, 0.65, 0.95);
+    let (from2, to2) = range(&mut b);
+    assert!(from2 >= to, "the second range is later: {from2} {to}");
+    b.click("#compare");
+    let src = b.eval("document.getElementById('flame').getAttribute('src')");
+    let src = src.as_str().unwrap().to_string();
+    assert!(src.starts_with("/api/diff?"), "{src}");
+    for part in [
+        format!("vm={id}"),
+        format!("base_vm={id}"),
+        format!("from={from2}"),
+        format!("to={to2}"),
+        format!("base_from={from}"),
+        format!("base_to={to}"),
+    ] {
+        assert!(src.contains(&part), "{part} in {src}");
+    }
+    let page = String::from_utf8(get_ok(addr, &src)).unwrap();
+    assert!(page.contains("\"base\":["), "a differential flame graph");
+    let title = b.eval("document.getElementById('flame-title').textContent");
+    assert!(title.as_str().unwrap().starts_with("Compare: "), "{title}");
+
+    // Pause reads "paused" at once, and the page stops refreshing.
+    b.click("#pause");
+    let status = b.eval("document.getElementById('status').textContent");
+    let status = status.as_str().unwrap().to_string();
+    assert!(status.contains("· paused ·"), "{status}");
+    std::thread::sleep(Duration::from_millis(2500));
+    let later = b.eval("document.getElementById('status').textContent");
+    assert_eq!(later.as_str().unwrap(), status, "no refresh while paused");
+    b.click("#pause");
+    let status = b.eval("document.getElementById('status').textContent");
+    assert!(status.as_str().unwrap().contains("· live ·"), "{status}");
 }
 
 /// A peer on the collector's port that welcomes the agent and then sends a reply frame claiming

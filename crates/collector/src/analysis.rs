@@ -1,12 +1,12 @@
 //! Analyses (xdProf's "analysis tools"): every connected VM's traces go to each analysis through
 //! the three calls of [`Analysis`]. Built in: the live view ([`LiveView`], latest snapshot of each
-//! VM, served by the API), per-VM profiles over time ([`Profiles`], every sample batch stored),
+//! VM and its recent thread states, served by the API), per-VM profiles over time ([`Profiles`], every sample batch stored),
 //! and call graphs ([`CallGraphs`], a Graphviz `.dot` per VM written when it disconnects).
 
 use crate::store::{Store, VmRecord};
-use jvmprof_profile::Profile;
+use jvmprof_profile::{Profile, ThreadState};
 use jvmprof_proto::Snapshot;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -40,17 +40,40 @@ pub trait Analysis: Send + Sync {
 #[derive(Default)]
 pub struct LiveView {
     latest: Mutex<HashMap<u64, Snapshot>>,
+    /// vm → the thread states of its last [`HISTORY`] snapshots, oldest first.
+    history: Mutex<HashMap<u64, VecDeque<StateRow>>>,
 }
+
+/// One snapshot's thread states: its time and (thread id, state) of at most
+/// [`HISTORY_THREADS`] threads.
+pub type StateRow = (u64, Vec<(i64, ThreadState)>);
+
+/// Snapshots of thread states kept per VM for the UI's state timeline (one a second: two
+/// minutes), and threads per snapshot, so the history stays bounded whatever a VM sends.
+pub const HISTORY: usize = 120;
+pub const HISTORY_THREADS: usize = 2000;
 
 impl LiveView {
     pub fn load(store: &Store) -> anyhow::Result<LiveView> {
         Ok(LiveView {
             latest: Mutex::new(store.snapshots()?.into_iter().collect()),
+            history: Mutex::new(HashMap::new()),
         })
     }
 
     pub fn latest(&self, vm: u64) -> Option<Snapshot> {
         self.latest.lock().unwrap().get(&vm).cloned()
+    }
+
+    /// The VM's recent thread states, oldest first (empty before its first snapshot since
+    /// this collector started).
+    pub fn history(&self, vm: u64) -> Vec<StateRow> {
+        self.history
+            .lock()
+            .unwrap()
+            .get(&vm)
+            .map(|h| h.iter().cloned().collect())
+            .unwrap_or_default()
     }
 }
 
@@ -59,6 +82,19 @@ impl Analysis for LiveView {
 
     fn add_trace(&self, vm: u64, trace: &Trace) {
         if let Trace::Snapshot(s) = trace {
+            let row: Vec<(i64, ThreadState)> = s
+                .threads
+                .iter()
+                .take(HISTORY_THREADS)
+                .map(|t| (t.id, t.state))
+                .collect();
+            let mut history = self.history.lock().unwrap();
+            let h = history.entry(vm).or_default();
+            if h.len() == HISTORY {
+                h.pop_front();
+            }
+            h.push_back((s.time_unix_ms, row));
+            drop(history);
             self.latest.lock().unwrap().insert(vm, s.clone());
         }
     }

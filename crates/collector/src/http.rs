@@ -18,7 +18,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Json, Response};
 use axum::routing::get;
-use jvmprof_profile::{ExportOptions, Format};
+use jvmprof_profile::{ExportOptions, Format, ThreadState};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -56,6 +56,8 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/api/stats", get(stats))
         .route("/api/vms/{id}/threads", get(threads))
         .route("/api/vms/{id}/profile", get(profile))
+        .route("/api/vms/{id}/series", get(series))
+        .route("/api/diff", get(diff))
         .route(
             "/api/vms/{id}/heap",
             get(heap_report)
@@ -213,12 +215,40 @@ struct ThreadView {
     order: u64,
     frames: Vec<String>,
     lines: Vec<u32>,
+    /// The thread's state in each of the VM's recent snapshots, oldest first, one letter each
+    /// (see [`state_letter`]; `.` where the thread was not there).
+    history: String,
+}
+
+/// The letter of a state in a thread's [`ThreadView::history`].
+fn state_letter(s: ThreadState) -> char {
+    match s {
+        ThreadState::Running => 'R',
+        ThreadState::Sleeping => 'S',
+        ThreadState::Blocked => 'B',
+        ThreadState::Waiting => 'W',
+        ThreadState::TimedWaiting => 'T',
+        ThreadState::Parked => 'P',
+        ThreadState::Native => 'N',
+        ThreadState::Unknown => '?',
+    }
 }
 
 async fn threads(State(hub): State<Arc<Hub>>, Path(id): Path<u64>) -> Response {
     if hub.vms.record(id).is_none() {
         return error(StatusCode::NOT_FOUND, format!("no VM {id}"));
     }
+    let history = hub.live.history(id);
+    let history_of = |thread: i64| -> String {
+        history
+            .iter()
+            .map(|(_, row)| {
+                row.iter()
+                    .find(|(t, _)| *t == thread)
+                    .map_or('.', |(_, s)| state_letter(*s))
+            })
+            .collect()
+    };
     let mut out: Vec<ThreadView> = hub
         .live
         .latest(id)
@@ -226,6 +256,7 @@ async fn threads(State(hub): State<Arc<Hub>>, Path(id): Path<u64>) -> Response {
             s.threads
                 .into_iter()
                 .map(|t| ThreadView {
+                    history: history_of(t.id),
                     id: t.id,
                     name: t.name,
                     group: t.group,
@@ -240,6 +271,108 @@ async fn threads(State(hub): State<Arc<Hub>>, Path(id): Path<u64>) -> Response {
         .unwrap_or_default();
     out.sort_by_key(|t| t.order);
     Json(out).into_response()
+}
+
+#[derive(Deserialize)]
+struct SeriesQuery {
+    from: Option<u64>,
+    to: Option<u64>,
+    /// At most this many points (default 300): batches are summed into equal time buckets.
+    points: Option<usize>,
+}
+
+/// The VM's samples over time, for the UI's chart: `{"step_ms": S, "points": [[t, samples,
+/// ns], ...]}`, each point the sum of the batches in `[t, t + S)` (S = 0: one point a batch).
+async fn series(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<u64>,
+    Query(q): Query<SeriesQuery>,
+) -> Response {
+    if hub.vms.record(id).is_none() {
+        return error(StatusCode::NOT_FOUND, format!("no VM {id}"));
+    }
+    let (from, to) = (q.from.unwrap_or(0), q.to.unwrap_or(u64::MAX));
+    let max = q.points.unwrap_or(300).clamp(1, 5000);
+    let store = hub.store.clone();
+    let raw = match tokio::task::spawn_blocking(move || store.series(id, from, to)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let (step, points) = bucket(&raw, max);
+    Json(serde_json::json!({ "step_ms": step, "points": points })).into_response()
+}
+
+/// Sums `(time, samples, ns)` points into at most `max` buckets of equal length, each named by
+/// its start; the step is 0 when every point fits as it is.
+fn bucket(raw: &[(u64, u64, u64)], max: usize) -> (u64, Vec<(u64, u64, u64)>) {
+    let (Some(first), Some(last)) = (raw.first(), raw.last()) else {
+        return (0, Vec::new());
+    };
+    if raw.len() <= max {
+        return (0, raw.to_vec());
+    }
+    let step = ((last.0 - first.0) / max as u64 + 1).max(1);
+    let mut out: Vec<(u64, u64, u64)> = Vec::new();
+    for &(t, n, ns) in raw {
+        let start = first.0 + (t - first.0) / step * step;
+        match out.last_mut() {
+            Some(b) if b.0 == start => {
+                b.1 += n;
+                b.2 += ns;
+            }
+            _ => out.push((start, n, ns)),
+        }
+    }
+    (step, out)
+}
+
+#[derive(Deserialize)]
+struct DiffQuery {
+    vm: u64,
+    from: Option<u64>,
+    to: Option<u64>,
+    /// The baseline: another VM (default: the same one) and range.
+    base_vm: Option<u64>,
+    base_from: Option<u64>,
+    base_to: Option<u64>,
+}
+
+/// A differential flame graph (HTML) of a VM's range against a baseline: the same VM at other
+/// times, or another VM.
+async fn diff(State(hub): State<Arc<Hub>>, Query(q): Query<DiffQuery>) -> Response {
+    let base_id = q.base_vm.unwrap_or(q.vm);
+    let (Some(vm), Some(base_vm)) = (hub.vms.record(q.vm), hub.vms.record(base_id)) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("no VM {} or {base_id}", q.vm),
+        );
+    };
+    let store = hub.store.clone();
+    let result = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<u8>> {
+        let new = store.profile(&vm, q.from.unwrap_or(0), q.to.unwrap_or(u64::MAX))?;
+        let base = store.profile(
+            &base_vm,
+            q.base_from.unwrap_or(0),
+            q.base_to.unwrap_or(u64::MAX),
+        )?;
+        let mut bytes = Vec::new();
+        jvmprof_profile::flamegraph::write_diff(
+            &base,
+            &new,
+            &ExportOptions::default(),
+            &mut bytes,
+        )?;
+        Ok(bytes)
+    })
+    .await;
+    match result {
+        Ok(Ok(bytes)) => {
+            ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], bytes).into_response()
+        }
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
 }
 
 #[derive(Deserialize)]
@@ -303,4 +436,18 @@ async fn profile(
         resp.headers_mut().insert(header::CONTENT_DISPOSITION, v);
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_sum_points_into_equal_steps() {
+        let raw = [(1000, 1, 10), (1500, 2, 20), (2000, 3, 30), (3100, 4, 40)];
+        assert_eq!(bucket(&raw, 10), (0, raw.to_vec()));
+        // 2100 ms over 2 buckets: steps of 1051 ms from 1000.
+        assert_eq!(bucket(&raw, 2), (1051, vec![(1000, 6, 60), (2051, 4, 40)]));
+        assert_eq!(bucket(&[], 5), (0, vec![]));
+    }
 }

@@ -283,6 +283,37 @@ impl Store {
         Ok(out)
     }
 
+    /// What each of the VM's batches with a time in `[from, to]` (Unix ms) holds, in time
+    /// order: (time, samples, CPU or wall ns: the `ns` metric, else samples × interval).
+    pub fn series(&self, vm: u64, from: u64, to: u64) -> anyhow::Result<Vec<(u64, u64, u64)>> {
+        let r = self.db.begin_read()?;
+        let t = r.open_table(BATCHES)?;
+        let mut out = Vec::new();
+        for e in t.range((vm, 0)..=(vm, u64::MAX))? {
+            let batch: Batch = postcard::from_bytes(e?.1.value())?;
+            if batch.time_unix_ms < from || batch.time_unix_ms > to {
+                continue;
+            }
+            let p = &batch.profile;
+            let at = |m: jvmprof_profile::Metric| p.meta.metrics.iter().position(|x| *x == m);
+            let sum = |i: Option<usize>| {
+                i.map_or(0u64, |i| {
+                    p.samples.iter().fold(0u64, |a, s| {
+                        a.saturating_add(s.values.get(i).copied().unwrap_or(0))
+                    })
+                })
+            };
+            let samples = sum(at(jvmprof_profile::Metric::Samples));
+            let ns = match at(jvmprof_profile::Metric::Ns) {
+                Some(i) => sum(Some(i)),
+                None => samples.saturating_mul(p.meta.interval_ns),
+            };
+            out.push((batch.time_unix_ms, samples, ns));
+        }
+        out.sort_by_key(|x| x.0);
+        Ok(out)
+    }
+
     /// The VM's samples received with times in `[from, to]` (Unix ms), merged into one profile.
     pub fn profile(&self, vm: &VmRecord, from: u64, to: u64) -> anyhow::Result<Profile> {
         let r = self.db.begin_read()?;
