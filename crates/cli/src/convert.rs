@@ -11,7 +11,7 @@ pub struct Args {
     /// collapsed.
     pub input: PathBuf,
     /// The file to write; its extension picks the format (.html, .collapsed, .pb.gz,
-    /// .speedscope.json, .dot, .jfr, .jvmprof).
+    /// .speedscope.json, .dot, .jfr, .trace.json, .jvmprof).
     #[arg(short = 'o', long = "output")]
     pub output: PathBuf,
     /// Output format, overriding the extension.
@@ -23,6 +23,13 @@ pub struct Args {
     /// Put a `[thread name]` frame at the root of every stack.
     #[arg(long)]
     pub threads: bool,
+    /// Keep only samples whose stack has a frame matching PATTERN (substring of
+    /// `pkg.Class.method`, or a `*` glob over the whole name); repeatable, any may match.
+    #[arg(short = 'I', long = "include-stack", value_name = "PATTERN")]
+    pub include_stack: Vec<String>,
+    /// Drop samples whose stack has a frame matching PATTERN; repeatable.
+    #[arg(short = 'X', long = "exclude-stack", value_name = "PATTERN")]
+    pub exclude_stack: Vec<String>,
 }
 
 pub fn run(args: Args) -> Result<i32> {
@@ -32,6 +39,9 @@ pub fn run(args: Args) -> Result<i32> {
     };
     let metric = jvmprof_cli::value_metric(args.value.as_deref())?;
     let profile = jvmprof_profile::read_any(&args.input)?;
+    let profile =
+        jvmprof_profile::filter::StackFilter::new(&args.include_stack, &args.exclude_stack)
+            .apply(&profile);
     let out = std::fs::File::create(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;
     let options = ExportOptions {

@@ -17,10 +17,20 @@ pub struct Args {
     /// The metric to rank by (default: the profile's main one).
     #[arg(long)]
     pub value: Option<String>,
+    /// Keep only samples whose stack has a frame matching PATTERN (substring of
+    /// `pkg.Class.method`, or a `*` glob over the whole name); repeatable, any may match.
+    #[arg(short = 'I', long = "include-stack", value_name = "PATTERN")]
+    pub include_stack: Vec<String>,
+    /// Drop samples whose stack has a frame matching PATTERN; repeatable.
+    #[arg(short = 'X', long = "exclude-stack", value_name = "PATTERN")]
+    pub exclude_stack: Vec<String>,
 }
 
 pub fn run(args: Args) -> Result<i32> {
     let profile = jvmprof_profile::read_any(&args.file)?;
+    let profile =
+        jvmprof_profile::filter::StackFilter::new(&args.include_stack, &args.exclude_stack)
+            .apply(&profile);
     let metric = jvmprof_cli::value_metric(args.value.as_deref())?;
     let options = ReportOptions {
         metric,

@@ -138,6 +138,56 @@ fn output_names_expand_pid_and_time_and_logs_get_progress_lines() {
 }
 
 #[test]
+fn stack_filters_keep_and_drop_exact_samples() {
+    let dir = scratch("surface-filters");
+    let input = dir.join("in.collapsed");
+    std::fs::write(
+        &input,
+        "main;java.util.HashMap.put 3\nmain;java.util.HashMap.get 4\nmain;App.work 2\n\
+         worker;java.util.ArrayList.add 5\n",
+    )
+    .unwrap();
+    let convert = |args: &[&str]| -> String {
+        let out = dir.join("out.collapsed");
+        run_ok(
+            Command::new(jvmprof())
+                .arg("convert")
+                .arg(&input)
+                .args(args)
+                .arg("-o")
+                .arg(&out),
+        );
+        let mut lines: Vec<String> = std::fs::read_to_string(&out)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        lines.sort();
+        lines.join("\n")
+    };
+    assert_eq!(
+        convert(&["-I", "HashMap"]),
+        "main;java.util.HashMap.get 4\nmain;java.util.HashMap.put 3"
+    );
+    assert_eq!(
+        convert(&["-I", "java.util.*", "-X", "*.get"]),
+        "main;java.util.HashMap.put 3\nworker;java.util.ArrayList.add 5"
+    );
+    assert_eq!(
+        convert(&["--exclude-stack", "java.util.*", "--include-stack", "main"]),
+        "main;App.work 2"
+    );
+    let out = run_ok(
+        Command::new(jvmprof())
+            .arg("report")
+            .arg(&input)
+            .args(["-X", "java.util.*"]),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("All threads: 2 samples"), "{text}");
+}
+
+#[test]
 fn version_names_the_commit() {
     let out = run_ok(Command::new(jvmprof()).arg("--version"));
     let v = String::from_utf8_lossy(&out.stdout);

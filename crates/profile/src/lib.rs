@@ -17,6 +17,7 @@ pub mod collapsed;
 pub mod diff;
 pub mod dot;
 pub mod error;
+pub mod filter;
 pub mod flamegraph;
 pub mod format;
 pub mod jfr;

@@ -81,3 +81,13 @@ out("regex", { matched: elements.matched.textContent });
 elements.search.value = "(";
 elements.search.listeners.input();
 out("bad-regex", { matched: elements.matched.textContent, cls: elements.matched.className });
+elements.search.value = "";
+elements.search.listeners.input();
+// The reversed view (key r), a hover in it, then back (the Reverse button).
+docListeners.keydown({ key: "r", preventDefault() {} });
+out("reversed", { rects: rects(), labels, button: elements.reverse.textContent,
+                  orientation: elements.orientation.textContent });
+canvas.listeners.mousemove({ clientX: 300, clientY: 3 * 16 + 5 });
+out("hover-reversed", { tip: elements.tip.textContent });
+elements.reverse.listeners.click();
+out("forward", { rects: rects(), button: elements.reverse.textContent });

@@ -2,12 +2,17 @@
 //! `template.html` inline and the data embedded as JSON; it loads nothing from the network.
 //!
 //! The root is at the top (an icicle layout), so deep stacks grow down the page. Frames are
-//! drawn on a canvas, coloured by kind (Java green, native orange-red, synthetic grey, allocated
-//! type blue, lock class purple); hover shows name, value, percentage and self value, a click
-//! zooms into a frame, Esc or "Reset zoom" resets, and the search box (substring, or a regular
-//! expression) highlights matching frames and shows the matched share of the total. The data is
-//! the merged call tree (children sorted by name), not the raw stacks, so 100k stacks stay a
-//! few MB and draw quickly.
+//! drawn on a canvas, coloured by kind: Java green, native orange-red, synthetic grey,
+//! allocated type blue, lock class purple, JVM-internal threads (JIT, GC, VM) yellow.
+//! AsyncGetCallTrace does not say whether a Java frame ran interpreted, C1, C2 or inlined, so
+//! those are not told apart. Hover shows name, value, percentage and self value, a click zooms
+//! into a frame, Esc or "Reset zoom" resets, and the search box (substring, or a regular
+//! expression) highlights matching frames and shows the matched share of the total. `Reverse`
+//! (key r) turns the tree over in the page: the frames that used the value at the top, their
+//! callers below (built from the same data, so the file does not grow). Labels show as much of
+//! a name as fits, from its start: the whole name, `Class.method`, the method, or the method's
+//! start with an ellipsis. The data is the merged call tree (children sorted by name), not the
+//! raw stacks, so 100k stacks stay a few MB and draw quickly.
 
 use crate::error::Result;
 use crate::format::{ExportOptions, resolve_metric};
@@ -38,6 +43,9 @@ pub(crate) struct Data {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base: Option<Vec<u64>>,
 }
+
+/// The frames of JVM-internal threads (see the agent's sink), drawn as their own kind (5).
+const JVM_THREAD_FRAMES: [&str; 4] = ["[JIT compiler]", "[GC]", "[VM thread]", "[JVM internal]"];
 
 fn kind_code(kind: FrameKind) -> u8 {
     match kind {
@@ -95,7 +103,19 @@ fn tree<'a>(
     metric: Metric,
     profile: &Profile,
 ) -> Data {
-    let mut kinds: Vec<u8> = kinds.iter().map(|k| kind_code(*k)).collect();
+    let mut kinds: Vec<u8> = kinds
+        .iter()
+        .zip(&names)
+        .map(|(k, name)| {
+            // The frames the agent gives JVM-internal threads: yellow, as async-profiler
+            // colours C++ frames.
+            if *k == FrameKind::Synthetic && JVM_THREAD_FRAMES.contains(&name.as_str()) {
+                5
+            } else {
+                kind_code(*k)
+            }
+        })
+        .collect();
     let root_name = names.len() as u32;
     names.push("all".to_string());
     kinds.push(kind_code(FrameKind::Synthetic));
@@ -346,13 +366,18 @@ mod tests {
         assert!(html(&p, &ExportOptions::default()).contains("\"value\":[0]"));
     }
 
-    /// Runs `harness.js` on a page; `None` when node is not installed.
+    /// Runs `harness.js` on a page; `None` when node is not installed, which fails under CI
+    /// (`CI` set: .ci/run installs nodejs).
     fn run_harness(page_html: &str) -> Option<Vec<serde_json::Value>> {
         if std::process::Command::new("node")
             .arg("--version")
             .output()
             .is_err()
         {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "node is missing: CI must have it (apt-get install nodejs)"
+            );
             eprintln!("node not found: skipping the flame graph script test");
             return None;
         }
@@ -512,6 +537,75 @@ mod tests {
         );
         assert_eq!(lines[6]["matched"], "Matched: 9 samples (81.82%)");
         assert_eq!(lines[7]["matched"], "bad regex");
-        assert_eq!(lines.len(), 8);
+        // Reversed: the frames with self samples on top (work 2, put 5, write 4, by name),
+        // their callers below.
+        assert_eq!(lines[8]["what"], "reversed");
+        assert_eq!(
+            lines[8]["rects"],
+            serde_json::json!([
+                [0, 0, 1100, "plain"],
+                [0, 1, 200, "plain"],
+                [200, 1, 500, "plain"],
+                [700, 1, 400, "plain"],
+                [0, 2, 200, "plain"],
+                [200, 2, 500, "plain"],
+                [700, 2, 400, "plain"],
+                [200, 3, 500, "plain"],
+                [700, 3, 400, "plain"]
+            ])
+        );
+        assert_eq!(
+            lines[8]["labels"],
+            serde_json::json!([
+                "all",
+                "com.example.App.work",
+                "java.util.HashMap.put",
+                "write",
+                "com.example.App.main",
+                "com.example.App.work",
+                "Outer$Inner.run",
+                "com.example.App.main",
+                "java.lang.Thread.run"
+            ])
+        );
+        assert_eq!(lines[8]["button"], "Callees");
+        assert!(
+            lines[8]["orientation"]
+                .as_str()
+                .unwrap()
+                .starts_with("reversed")
+        );
+        // main under HashMap.put under put: the 5 samples main spent in put.
+        assert_eq!(
+            lines[9]["tip"],
+            "com.example.App.main\n5 samples (45.45% of all)\nself: 5 samples (45.45%)"
+        );
+        assert_eq!(lines[10]["rects"], full, "the Reverse button turns it back");
+        assert_eq!(lines[10]["button"], "Reverse");
+        assert_eq!(lines.len(), 11);
+    }
+
+    /// A name too long for its box shows its class and method, then its method, then the
+    /// method's start: never the end of a name (`..voke`).
+    #[test]
+    fn labels_fit_from_the_start_of_the_name() {
+        let p = crate::collapsed::read(
+            "a.b.VeryLongClassName.invoke 1\nx.Y.z 20\nc.d.Other.invokeStatic 1\nx.Y.w 9\n"
+                .as_bytes(),
+        )
+        .unwrap();
+        let page = html(&p, &ExportOptions::default());
+        let Some(lines) = run_harness(&page) else {
+            return;
+        };
+        // Widths at 1100 px for 31 samples: 35 px for each 1-sample frame (7 px a character,
+        // 6 px of margin: 4 characters), so `invoke` becomes `inv…` and `invokeStatic` `inv…`.
+        let labels: Vec<&str> = lines[0]["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap())
+            .collect();
+        assert_eq!(labels, ["all", "inv…", "inv…", "x.Y.w", "x.Y.z"]);
     }
 }
