@@ -13,6 +13,13 @@
 //! `<nspid>` is the pid as the target sees it in its own pid namespace (containers), taken from the
 //! last field of `NSpid:` in `/proc/<pid>/status`.
 //!
+//! Two jvmprof commands attaching at once (a `record --pid` and a `status`) would each signal a
+//! JVM whose listener is still starting, and HotSpot answers a SIGQUIT that comes while the
+//! listener is half up with a thread dump on the application's stdout. So the start of the
+//! listener is serialized per target: each attacher holds an exclusive `flock` on the target's
+//! `/proc/<pid>/cmdline` (one inode per process, nothing left behind) from the socket check
+//! until the socket is there.
+//!
 //! SIGQUIT terminates a process that does not handle it, so before signalling we check that the
 //! target catches SIGQUIT (`SigCgt` in `/proc/<pid>/status`) and maps `libjvm.so`, and that our
 //! effective uid and gid equal the target's (HotSpot rejects other users' trigger files and
@@ -250,6 +257,10 @@ impl VmConnection {
             socket: socket.clone(),
             read_timeout: None,
         };
+        // Released when this function returns (the file closes).
+        let _one_at_a_time = fs::File::open(proc_dir.join("cmdline"))
+            .ok()
+            .filter(|f| rustix::fs::flock(f, rustix::fs::FlockOperation::LockExclusive).is_ok());
         if is_socket(&socket) {
             check_socket_owner(&socket, &status)?;
             return Ok(conn);
