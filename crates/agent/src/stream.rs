@@ -38,6 +38,8 @@ const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long to wait after the collector refused us before asking again.
+const REJECTED_BACKOFF: Duration = Duration::from_secs(60);
 /// A connection that lasted this long resets the backoff and the "said once" of a lost one.
 const HEALTHY_CONNECTION: Duration = Duration::from_secs(10);
 /// How often an idle connection looks for acknowledgements and for the collector going away.
@@ -429,6 +431,8 @@ struct Connection {
     shared: Arc<Shared>,
     /// An outage was reported on stderr and not yet followed by a connection.
     reported: bool,
+    /// The collector's last rejection, already reported on stderr.
+    refused: Option<String>,
 }
 
 enum Outcome {
@@ -447,6 +451,7 @@ impl Connection {
             hello,
             shared,
             reported: false,
+            refused: None,
         }
     }
 
@@ -465,19 +470,26 @@ impl Connection {
                     if since.elapsed() >= HEALTHY_CONNECTION {
                         backoff = BACKOFF_MIN;
                         self.reported = false;
+                        self.refused = None;
                     }
                     outcome
                 }
                 Err(e) => Outcome::Lost(e),
             };
+            let rejected = matches!(outcome, Outcome::Rejected(_));
             match outcome {
                 Outcome::Finished => break,
                 Outcome::Rejected(reason) => {
-                    eprintln!(
-                        "jvmprof: the collector at {} refused this agent: {reason}; streaming stops",
-                        self.server
-                    );
-                    break;
+                    // Said once per reason; then ask again rarely (a full collector may take
+                    // us later, a wrong token never will but costs one handshake a minute).
+                    if self.refused.as_deref() != Some(reason.as_str()) {
+                        eprintln!(
+                            "jvmprof: the collector at {} refused this agent: {reason}; asking again every {} s",
+                            self.server,
+                            REJECTED_BACKOFF.as_secs()
+                        );
+                        self.refused = Some(reason);
+                    }
                 }
                 Outcome::Lost(e) => {
                     if !self.reported {
@@ -495,6 +507,7 @@ impl Connection {
                 }
             }
             // Wait before the next attempt; when finishing, give up instead.
+            let wait = if rejected { REJECTED_BACKOFF } else { backoff };
             let o = self.shared.lock();
             if o.closing {
                 break;
@@ -502,11 +515,14 @@ impl Connection {
             let (o, _) = self
                 .shared
                 .wake
-                .wait_timeout_while(o, backoff, |o| !o.closing)
+                .wait_timeout_while(o, wait, |o| !o.closing)
                 .unwrap_or_else(|e| e.into_inner());
             let closing = o.closing;
             drop(o);
             backoff = (backoff * 2).min(BACKOFF_MAX);
+            if closing && rejected {
+                break;
+            }
             if closing {
                 // One last immediate attempt to deliver what is left.
                 if let Ok(sock) = self.connect() {

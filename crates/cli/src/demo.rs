@@ -32,8 +32,8 @@ fn jdk_tool(name: &str) -> String {
 }
 
 pub fn run(args: Args) -> Result<i32> {
-    let dir = std::env::temp_dir().join(format!("jvmprof-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    let work = record::TempDir::new()?;
+    let dir = work.path.clone();
     std::fs::write(dir.join("Demo.java"), DEMO_SOURCE)?;
     let javac = jdk_tool("javac");
     let status = std::process::Command::new(&javac)
@@ -52,6 +52,7 @@ pub fn run(args: Args) -> Result<i32> {
         live: false,
         lock_threshold: "10us".into(),
         server: None,
+        token: None,
         include: Vec::new(),
         exclude: Vec::new(),
         bba: None,
@@ -76,7 +77,7 @@ pub fn run(args: Args) -> Result<i32> {
             args.seconds.to_string(),
         ],
     });
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(work);
     let code = code?;
     if code == 0 {
         eprintln!("jvmprof: open {} in a browser", args.output.display());

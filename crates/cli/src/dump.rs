@@ -51,14 +51,13 @@ pub fn run(args: Args) -> Result<i32> {
         return Ok(0);
     }
     let agent = find_agent(args.agent.as_deref())?;
-    let dir = std::env::temp_dir().join(format!("jvmprof-dump-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let file = dir.join("dump.json");
+    let dir = crate::record::TempDir::new()?;
+    let file = dir.path.join("dump.json");
     let command = if args.heap { "heap" } else { "dump" };
     let result = attach::load_agent(args.pid, &agent, &format!("{command}={}", file.display()))
         .with_context(|| format!("cannot take a {command} of process {}", args.pid))
         .and_then(|()| std::fs::read(&file).context("the agent wrote no dump"));
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     let json = match result {
         Ok(j) => j,
         Err(e) => {

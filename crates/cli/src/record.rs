@@ -8,6 +8,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use jvmprof_cli::attach;
 use jvmprof_profile::ExportOptions;
 use std::io::IsTerminal;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::Arc;
@@ -72,6 +73,15 @@ pub struct Args {
     /// Also stream samples and thread snapshots to a collector (`jvmprof serve`) at HOST:PORT.
     #[arg(long, value_name = "HOST:PORT")]
     pub server: Option<String>,
+    /// The collector's token, for --server. The agent gets it from a private file, never on a
+    /// command line.
+    #[arg(
+        long,
+        env = "JVMPROF_TOKEN",
+        requires = "server",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
     /// Attach to this running JVM instead of launching one.
     #[arg(long, conflicts_with = "command")]
     pub pid: Option<u32>,
@@ -137,6 +147,17 @@ pub fn run(args: Args) -> Result<i32> {
     }
     if let Some(server) = &args.server {
         options.push_str(&format!(",server={server}"));
+    }
+    if let Some(token) = &args.token {
+        let file = work.path.join("token");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&file)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, token.as_bytes()))
+            .context("cannot write the token file")?;
+        options.push_str(&format!(",token_file={}", file.display()));
     }
     if let Some(d) = &args.duration {
         options.push_str(&format!(",duration={d}"));
@@ -468,7 +489,8 @@ impl Progress {
     }
 }
 
-/// A private directory for the agent's files, removed on drop.
+/// A private directory (mode 0700, a new name: never one someone else made) for the agent's
+/// files, removed on drop.
 pub(crate) struct TempDir {
     pub(crate) path: PathBuf,
 }
@@ -478,7 +500,7 @@ impl TempDir {
         let base = std::env::temp_dir();
         for n in 0..1000u32 {
             let path = base.join(format!("jvmprof-{}-{n}", std::process::id()));
-            if std::fs::create_dir(&path).is_ok() {
+            if std::fs::DirBuilder::new().mode(0o700).create(&path).is_ok() {
                 return Ok(TempDir { path });
             }
         }

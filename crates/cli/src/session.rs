@@ -32,13 +32,12 @@ pub struct StatusArgs {
 /// Sends `command` (with `reply=FILE` or `query=FILE` added) and returns what the agent wrote.
 fn ask(pid: u32, agent: Option<&std::path::Path>, key: &str, command: &str) -> Result<String> {
     let agent = find_agent(agent)?;
-    let dir = std::env::temp_dir().join(format!("jvmprof-{key}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let file = dir.join("reply");
+    let dir = crate::record::TempDir::new()?;
+    let file = dir.path.join("reply");
     let result = attach::load_agent(pid, &agent, &format!("{command}{key}={}", file.display()))
         .with_context(|| format!("cannot reach process {pid}"))
         .and_then(|()| std::fs::read_to_string(&file).context("the agent did not answer"));
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     result
 }
 

@@ -163,11 +163,20 @@ fn jvm(options: &str, seconds: u32) -> Proc {
     )
 }
 
-/// GET over plain HTTP/1.0: (status, body).
+/// The token of the collectors that have one in these tests.
+const TOKEN: &str = "s3cret";
+
+/// GET over plain HTTP/1.0 with the test token (collectors without one ignore it): (status,
+/// body).
 fn get(addr: &str, path: &str) -> Option<(u16, Vec<u8>)> {
+    get_as(addr, path, Some(TOKEN))
+}
+
+fn get_as(addr: &str, path: &str, token: Option<&str>) -> Option<(u16, Vec<u8>)> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").ok()?;
     let mut resp = Vec::new();
     s.read_to_end(&mut resp).ok()?;
     let split = resp.windows(4).position(|w| w == b"\r\n\r\n")?;
@@ -464,8 +473,41 @@ fn agent_before_collector_token_and_web_ui() {
     assert!(vm_by_pid(&addr, wrong.pid()).is_none());
     assert!(c.proc.stderr().contains("rejected: wrong token"));
 
+    check_token_on_http(&addr, id);
     check_web_ui(&dir, &addr, id);
     early.kill();
+}
+
+/// With --token, the API answers 401 without it (the page itself, which holds no data, loads),
+/// and no response shows the token, though the agent was given it on its command line.
+fn check_token_on_http(addr: &str, id: u64) {
+    let paths = [
+        "/api/vms".to_string(),
+        "/api/stats".to_string(),
+        format!("/api/vms/{id}/threads"),
+        format!("/api/vms/{id}/series"),
+        format!("/api/vms/{id}/profile?format=collapsed"),
+        format!("/api/vms/{id}/profile?format=html"),
+        format!("/api/vms/{id}/profile?format=speedscope"),
+        format!("/api/vms/{id}/profile?format=dot"),
+        format!("/api/diff?vm={id}"),
+    ];
+    for path in &paths {
+        for token in [None, Some("wrong"), Some("s3cre"), Some("s3cretX")] {
+            let (status, body) = get_as(addr, path, token).unwrap();
+            assert_eq!(status, 401, "{path} with {token:?}");
+            assert!(!String::from_utf8_lossy(&body).contains(TOKEN));
+        }
+        let (status, body) = get_as(addr, path, Some(TOKEN)).unwrap();
+        assert_eq!(status, 200, "{path}");
+        assert!(
+            !String::from_utf8_lossy(&body).contains(TOKEN),
+            "{path} shows the token"
+        );
+    }
+    let (status, page) = get_as(addr, "/", None).unwrap();
+    assert_eq!(status, 200);
+    assert!(!String::from_utf8_lossy(&page).contains(TOKEN));
 }
 
 /// The page in headless Chromium, driven with the real mouse over the DevTools protocol: the VM
@@ -481,6 +523,14 @@ fn check_web_ui(dir: &Path, addr: &str, id: u64) {
     let pid = vm_pid(addr, id);
     let mut b = cdp::Browser::start(chromium, &dir.join("chromium"));
     b.navigate(&format!("http://{addr}/?vm={id}&thread=main"));
+    // The collector has a token: the page asks for it once.
+    b.wait(
+        "the page to ask for the token",
+        "!document.getElementById('login').hidden",
+    );
+    b.eval("document.getElementById('token').focus()");
+    b.call("Input.insertText", serde_json::json!({ "text": TOKEN }));
+    b.click("#login button");
     b.wait(
         "the page to load the VM, its main thread and stack",
         "document.body.dataset.loaded === '1' && document.getElementById('stack-title').textContent",
@@ -530,10 +580,16 @@ fn check_web_ui(dir: &Path, addr: &str, id: u64) {
     drag(&mut b, 0.2, 0.6);
     let (from, to) = range(&mut b);
     assert!(from < to, "{from} {to}");
-    let src = b.eval("document.getElementById('flame').getAttribute('src')");
+    let src = b.eval("document.getElementById('flame').dataset.src");
     assert_eq!(
         src.as_str().unwrap(),
         format!("/api/vms/{id}/profile?format=html&from={from}&to={to}")
+    );
+    // The frame shows that flame graph (fetched with the token, shown from a blob: URL).
+    b.wait(
+        "the flame graph of the range in the frame",
+        "document.getElementById('flame').src.startsWith('blob:') && \
+         document.getElementById('flame').contentDocument.getElementById('title').textContent",
     );
     let label = b.eval("document.getElementById('selection').textContent");
     assert!(label.as_str().unwrap().starts_with("selected "), "{label}");
@@ -573,7 +629,7 @@ fn check_web_ui(dir: &Path, addr: &str, id: u64) {
     let (from2, to2) = range(&mut b);
     assert!(from2 >= to, "the second range is later: {from2} {to}");
     b.click("#compare");
-    let src = b.eval("document.getElementById('flame').getAttribute('src')");
+    let src = b.eval("document.getElementById('flame').dataset.src");
     let src = src.as_str().unwrap().to_string();
     assert!(src.starts_with("/api/diff?"), "{src}");
     for part in [
@@ -692,4 +748,272 @@ fn an_endless_reply_from_the_collector_leaves_the_agent_bounded() {
         "the agent did not say why it dropped the connection:\n{err}"
     );
     assert!(complaints <= 2, "said more than once:\n{err}");
+}
+
+/// Peak resident memory of a process, in bytes (VmHWM).
+fn peak_rss(pid: u64) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    kb << 10
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// A Hello as an agent of pid `pid` sends it, with the magic before it.
+fn hello(pid: u32, token: Option<&str>) -> Vec<u8> {
+    let mut out = Vec::new();
+    jvmprof_proto::Encoder::new().hello(
+        &jvmprof_proto::Hello {
+            version: jvmprof_proto::VERSION,
+            token: token.map(str::to_string),
+            pid,
+            command: "hostile".into(),
+            jvm: "none".into(),
+            os: "Linux".into(),
+            host: "hostile-host".into(),
+            agent_version: "0".into(),
+            start_unix_ms: 1,
+        },
+        &mut out,
+    );
+    out
+}
+
+/// What a hostile client got: bytes it managed to send, and the collector's replies (read by a
+/// second thread while it sends, so a reply before the close is not lost to a reset).
+struct Attempt {
+    sent: u64,
+    replies: Vec<jvmprof_proto::Reply>,
+}
+
+impl Attempt {
+    fn rejection(&self) -> Option<&str> {
+        self.replies.iter().find_map(|r| match r {
+            jvmprof_proto::Reply::Reject { reason } => Some(reason.as_str()),
+            _ => None,
+        })
+    }
+}
+
+/// Connects to `addr`, writes `first`, then whatever `more` produces (each call's bytes, until
+/// it returns nothing, the collector closes the connection, or `cap` bytes went out).
+fn attempt(addr: &str, first: &[u8], mut more: impl FnMut() -> Vec<u8>, cap: u64) -> Attempt {
+    let mut sock = TcpStream::connect(addr).unwrap();
+    let mut reader = sock.try_clone().unwrap();
+    reader
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let replies = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        let mut replies = Vec::new();
+        let mut rest = &buf[..];
+        while let Ok(Some((payload, used))) = jvmprof_proto::wire::take_frame(rest) {
+            replies.push(jvmprof_proto::wire::decode_payload(payload).unwrap());
+            rest = &rest[used..];
+        }
+        replies
+    });
+    let mut sent = 0u64;
+    if sock.write_all(first).is_ok() {
+        sent += first.len() as u64;
+        while sent < cap {
+            let bytes = more();
+            if bytes.is_empty() || sock.write_all(&bytes).is_err() {
+                break;
+            }
+            sent += bytes.len() as u64;
+        }
+    }
+    let _ = sock.shutdown(std::net::Shutdown::Write);
+    Attempt {
+        sent,
+        replies: replies.join().unwrap(),
+    }
+}
+
+/// 1 MiB of new strings per call: a Strings frame continuing the table.
+fn string_flood() -> impl FnMut() -> Vec<u8> {
+    let mut first = 0u32;
+    move || {
+        let strings: Vec<String> = (0..1024)
+            .map(|i| format!("{:01000}", first as u64 + i))
+            .collect();
+        let mut out = Vec::new();
+        jvmprof_proto::wire::put_frame(
+            &jvmprof_proto::Message::Strings { first, strings },
+            &mut out,
+        );
+        first += 1024;
+        out
+    }
+}
+
+/// Hostile clients: a handshake that never ends, data before the handshake, string tables that
+/// grow without end (one client and four at once), and a client inventing VMs in a loop. Each is
+/// refused with a reason, the collector stays under 256 MB, and an agent streaming all along is
+/// still served. The data directory is private.
+#[test]
+fn hostile_clients_are_refused_and_leave_the_collector_bounded() {
+    let _g = serial();
+    let dir = scratch("hostile");
+    let c = collector(&dir.join("data"), "127.0.0.1:0", Some(TOKEN));
+    let addr = c.addr.clone();
+    assert_eq!(mode(&dir.join("data")), 0o700);
+    let good = jvm(&format!("server={addr},token={TOKEN},refresh=200ms"), 300);
+    let id = wait_connected_in_work(&addr, good.pid());
+    let hundred_mib = 100 << 20;
+
+    // A frame header claiming 8 MiB, then garbage, with no Hello.
+    let mut head = jvmprof_proto::MAGIC.to_vec();
+    head.extend_from_slice(&(8u32 << 20).to_le_bytes());
+    let a = attempt(&addr, &head, || vec![7u8; 1 << 20], hundred_mib);
+    assert!(a.sent < 32 << 20, "sent {} bytes", a.sent);
+    let reason = a
+        .rejection()
+        .expect("no rejection for the oversized handshake");
+    assert!(reason.contains("handshake is larger"), "{reason}");
+
+    // String tables without a Hello.
+    let mut magic = jvmprof_proto::MAGIC.to_vec();
+    magic.extend(string_flood()());
+    let a = attempt(&addr, &magic, string_flood(), hundred_mib);
+    assert!(a.sent < 32 << 20, "sent {} bytes", a.sent);
+    assert!(
+        a.rejection().is_some(),
+        "data before the handshake is refused"
+    );
+
+    // A wrong token, then a flood: refused at the Hello.
+    let a = attempt(
+        &addr,
+        &hello(4_000_000, Some("nope")),
+        string_flood(),
+        hundred_mib,
+    );
+    assert_eq!(a.rejection(), Some("wrong token"));
+
+    // With the token: one client's strings stop at its limit, four at once at everyone's.
+    let a = attempt(
+        &addr,
+        &hello(4_000_001, Some(TOKEN)),
+        string_flood(),
+        400 << 20,
+    );
+    let reason = a.rejection().expect("no rejection for the string flood");
+    assert!(reason.contains("tables take more than"), "{reason}");
+    assert!(a.sent < 200 << 20, "sent {} bytes", a.sent);
+    let floods: Vec<_> = (0..4)
+        .map(|n| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                attempt(
+                    &addr,
+                    &hello(4_000_010 + n, Some(TOKEN)),
+                    string_flood(),
+                    400 << 20,
+                )
+            })
+        })
+        .collect();
+    for f in floods {
+        let a = f.join().unwrap();
+        let reason = a.rejection().expect("no rejection in the parallel flood");
+        assert!(reason.contains("MiB"), "{reason}");
+    }
+
+    // VM records in a loop: at most the per-minute allowance (two, if a minute turns) is kept.
+    let before = vms(&addr).len();
+    let mut refused = 0;
+    for n in 0..700u32 {
+        let a = attempt(&addr, &hello(5_000_000 + n, Some(TOKEN)), Vec::new, 0);
+        if let Some(reason) = a.rejection() {
+            assert!(reason.contains("new VMs this minute"), "{reason}");
+            refused += 1;
+        }
+    }
+    let added = vms(&addr).len() - before;
+    assert!(refused >= 100, "{refused} of 700 refused");
+    assert!(
+        added <= 600 && added + refused == 700,
+        "{added} added, {refused} refused"
+    );
+
+    let rss = peak_rss(c.proc.pid());
+    eprintln!(
+        "collector peak RSS {} MB; {added} VMs added, {refused} refused",
+        rss >> 20
+    );
+    assert!(rss < 256 << 20, "collector peak RSS {} MB", rss >> 20);
+    // The good agent is still served: its samples keep growing.
+    let now = total(&collapsed(&addr, id));
+    wait_for("the streaming agent's samples to grow", || {
+        (total(&collapsed(&addr, id)) > now).then_some(())
+    });
+    assert_eq!(vm_by_pid(&addr, good.pid()).unwrap()["connected"], true);
+    // No response, including the VM list the floods filled, shows the token.
+    let (_, body) = get(&addr, "/api/vms").unwrap();
+    assert!(!String::from_utf8_lossy(&body).contains(TOKEN));
+}
+
+/// The agent takes the token from JVMPROF_TOKEN and `record --token` hands it over in a private
+/// file: neither puts it on a command line, and the collector accepts both.
+#[test]
+fn token_from_the_environment_and_from_record() {
+    let _g = serial();
+    let dir = scratch("token-env");
+    let c = collector(&dir.join("data"), "127.0.0.1:0", Some(TOKEN));
+    let addr = c.addr.clone();
+    let env = Proc::spawn(
+        Command::new("java")
+            .env("JVMPROF_TOKEN", TOKEN)
+            .arg(format!(
+                "-agentpath:{}=server={addr},refresh=200ms",
+                agent().display()
+            ))
+            .arg("-cp")
+            .arg(classes())
+            .args(["Service", "60"]),
+    );
+    wait_connected_in_work(&addr, env.pid());
+
+    let out = dir.join("recorded.collapsed");
+    let record = Proc::spawn(
+        Command::new(jvmprof())
+            .env_remove("JVMPROF_TOKEN")
+            .args(["record", "--server", &addr, "--token", TOKEN, "-o"])
+            .arg(&out)
+            .args(["--", "java", "-cp"])
+            .arg(classes())
+            .args(["Service", "4"]),
+    );
+    // record's working directory (the agent's files, the token among them) is private.
+    let work = std::env::temp_dir().join(format!("jvmprof-{}-0", record.pid()));
+    let vm = wait_for("the recorded JVM at the collector", || {
+        let vm = vms(&addr)
+            .into_iter()
+            .find(|v| v["pid"] != env.pid() && v["connected"] == true)?;
+        Some(vm)
+    });
+    assert_eq!(mode(&work), 0o700);
+    assert_eq!(mode(&work.join("token")), 0o600);
+    let command = vm["command"].as_str().unwrap();
+    assert!(!command.contains(TOKEN), "{command}");
+    let mut record = record;
+    record.wait_success();
+    assert!(total(&std::fs::read_to_string(&out).unwrap()) > 0);
+    assert!(!work.exists(), "record removes its directory");
 }

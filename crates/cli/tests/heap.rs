@@ -443,20 +443,23 @@ fn a_dump_uploaded_to_the_collector_is_analysed_and_linked_from_its_ui() {
     let dir = scratch("heap-collector");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let mut serve = Command::new(jvmprof())
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--token",
-            "s3cret",
-            "--data",
-        ])
-        .arg(dir.join("data"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(serve.stderr.take().unwrap());
+    // Killed on a panic too: a collector left running would hold the test's output pipe open.
+    let mut serve = Killed(
+        Command::new(jvmprof())
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--token",
+                "s3cret",
+                "--data",
+            ])
+            .arg(dir.join("data"))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut err = BufReader::new(serve.0.stderr.take().unwrap());
     let mut line = String::new();
     let addr = loop {
         line.clear();
@@ -485,7 +488,9 @@ fn a_dump_uploaded_to_the_collector_is_analysed_and_linked_from_its_ui() {
     for _ in 0..200 {
         let (_, body) = http(
             &addr,
-            &format!("GET /api/vms HTTP/1.0\r\nHost: {addr}\r\n\r\n"),
+            &format!(
+                "GET /api/vms HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer s3cret\r\n\r\n"
+            ),
         );
         let vms: Value = serde_json::from_str(&body).unwrap();
         id = vms
@@ -524,7 +529,9 @@ fn a_dump_uploaded_to_the_collector_is_analysed_and_linked_from_its_ui() {
     for _ in 0..600 {
         let (status, body) = http(
             &addr,
-            &format!("GET /api/vms/{id}/heap?format=json HTTP/1.0\r\nHost: {addr}\r\n\r\n"),
+            &format!(
+                "GET /api/vms/{id}/heap?format=json HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer s3cret\r\n\r\n"
+            ),
         );
         if status == 200 {
             report = Some(serde_json::from_str::<Value>(&body).unwrap());
@@ -540,7 +547,7 @@ fn a_dump_uploaded_to_the_collector_is_analysed_and_linked_from_its_ui() {
     assert_eq!(report["reachable_bytes"], local["reachable_bytes"]);
     let (_, body) = http(
         &addr,
-        &format!("GET /api/vms HTTP/1.0\r\nHost: {addr}\r\n\r\n"),
+        &format!("GET /api/vms HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer s3cret\r\n\r\n"),
     );
     let vms: Value = serde_json::from_str(&body).unwrap();
     let vm = vms
@@ -552,12 +559,18 @@ fn a_dump_uploaded_to_the_collector_is_analysed_and_linked_from_its_ui() {
     assert_eq!(vm["heap"], "ready");
     let (status, page) = http(
         &addr,
-        &format!("GET /api/vms/{id}/heap HTTP/1.0\r\nHost: {addr}\r\n\r\n"),
+        &format!(
+            "GET /api/vms/{id}/heap HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer s3cret\r\n\r\n"
+        ),
     );
     assert_eq!(status, 200);
     assert!(page.contains("Dominator tree"));
     let (_, ui) = http(&addr, &format!("GET / HTTP/1.0\r\nHost: {addr}\r\n\r\n"));
-    assert!(ui.contains("/heap\""), "the UI links the report");
+    // The UI's heap button fetches the report with the tab's token.
+    assert!(
+        ui.contains("<button class=\"heap\"") && ui.contains("/heap`"),
+        "the UI links the report"
+    );
     drop(java);
     drop(serve);
 }

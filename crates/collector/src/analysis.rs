@@ -181,7 +181,7 @@ impl Analysis for CallGraphs {
         std::thread::spawn(move || {
             let result = (|| -> anyhow::Result<PathBuf> {
                 let profile = store.profile(&record, 0, u64::MAX)?;
-                std::fs::create_dir_all(&dir)?;
+                crate::store::create_private_dir(&dir)?;
                 let path = dir.join(format!("vm-{vm}.dot"));
                 let mut bytes = Vec::new();
                 jvmprof_profile::dot::write(&profile, &Default::default(), &mut bytes)?;

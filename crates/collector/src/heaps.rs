@@ -35,7 +35,7 @@ impl Heaps {
     /// The heap reports under `data/heaps`, with those left by an earlier run.
     pub fn open(data: &Path) -> std::io::Result<Heaps> {
         let dir = data.join("heaps");
-        std::fs::create_dir_all(&dir)?;
+        crate::store::create_private_dir(&dir)?;
         let mut states = HashMap::new();
         for entry in std::fs::read_dir(&dir)?.flatten() {
             let p = entry.path();

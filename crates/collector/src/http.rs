@@ -64,7 +64,43 @@ pub fn router(hub: Arc<Hub>) -> Router {
                 .post(heap_upload)
                 .layer(axum::extract::DefaultBodyLimit::disable()),
         )
+        .layer(axum::middleware::from_fn_with_state(hub.clone(), auth))
         .with_state(hub)
+}
+
+/// With `--token`, every request but the page itself (which holds no data and asks for the
+/// token) must carry `Authorization: Bearer TOKEN`.
+async fn auth(
+    State(hub): State<Arc<Hub>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(token) = &hub.config.token
+        && req.uri().path() != "/"
+    {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !given.is_some_and(|g| same(g.as_bytes(), token.as_bytes())) {
+            let mut resp = error(
+                StatusCode::UNAUTHORIZED,
+                "this collector needs its token: Authorization: Bearer TOKEN".into(),
+            );
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+            return resp;
+        }
+    }
+    next.run(req).await
+}
+
+/// Equal, in a time that depends on the lengths only (a token is not guessed byte by byte).
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn error(status: StatusCode, msg: String) -> Response {
@@ -98,21 +134,9 @@ const MAX_HEAP_DUMP: u64 = 64 << 30;
 async fn heap_upload(
     State(hub): State<Arc<Hub>>,
     Path(id): Path<u64>,
-    headers: axum::http::HeaderMap,
     body: axum::body::Body,
 ) -> Response {
-    if let Some(token) = &hub.config.token {
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if given != Some(token.as_str()) {
-            return error(
-                StatusCode::UNAUTHORIZED,
-                "a heap dump upload needs the collector's token".into(),
-            );
-        }
-    }
+    // The token, when there is one, was checked by [`auth`].
     if hub.vms.record(id).is_none() {
         return error(StatusCode::NOT_FOUND, format!("no VM {id}"));
     }

@@ -33,6 +33,19 @@ const SNIFF_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_BACKLOG: usize = 512;
 /// An agent connection silent this long is closed (agents send a snapshot every `refresh`).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Most bytes a connection may send before its Hello is accepted (a Hello is a few hundred).
+pub const MAX_HANDSHAKE: usize = 64 << 10;
+/// Most bytes one agent connection may make the collector hold (its tables and input buffer):
+/// a large application's frames and strings are a few MB.
+pub const MAX_CONNECTION_BYTES: usize = 48 << 20;
+/// Most bytes all agent connections together may make it hold.
+pub const MAX_ALL_CONNECTIONS_BYTES: usize = 128 << 20;
+/// Most connections open at once (agents and browsers); more are closed at once, so idle or
+/// slow clients cannot make the collector hold a buffer each without bound.
+pub const MAX_CONNECTIONS: usize = 1024;
+/// New VM records one address may create a minute (a host starting many JVMs at once is
+/// fine; a client inventing VMs in a loop is refused).
+pub const MAX_NEW_VMS_PER_MINUTE: u32 = 300;
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -75,7 +88,9 @@ impl Registry {
     fn load(records: Vec<VmRecord>, store: &Store) -> Registry {
         let vms = records
             .into_iter()
-            .map(|r| {
+            .map(|mut r| {
+                // Records kept by a collector from before tokens were masked.
+                r.command = mask_tokens(&r.command);
                 (
                     r.id,
                     VmState {
@@ -91,17 +106,26 @@ impl Registry {
         }
     }
 
-    /// The VM this hello names (same host, pid and agent start time), or a new one, and the
-    /// newest batch seq received from it.
-    fn connect(&self, h: &jvmprof_proto::Hello) -> (VmRecord, u64) {
+    /// The VM this hello names (same host, pid and agent start time), or a new one if
+    /// `may_add` allows, and the newest batch seq received from it; `None` when it would be
+    /// new and may not be added.
+    fn connect(
+        &self,
+        h: &jvmprof_proto::Hello,
+        may_add: impl FnOnce() -> bool,
+    ) -> Option<(VmRecord, u64)> {
         let mut vms = self.vms.lock().unwrap();
         let now = now_ms();
-        let existing = vms.values_mut().find(|v| {
+        let existing = vms.values().find(|v| {
             v.record.host == h.host
                 && v.record.pid == h.pid
                 && v.record.start_unix_ms == h.start_unix_ms
         });
-        let state = match existing {
+        if existing.is_none() && !may_add() {
+            return None;
+        }
+        let existing = existing.map(|v| v.record.id);
+        let state = match existing.and_then(|id| vms.get_mut(&id)) {
             Some(v) => v,
             None => {
                 let id = vms.keys().next_back().map_or(1, |k| k + 1);
@@ -109,7 +133,7 @@ impl Registry {
                     record: VmRecord {
                         id,
                         pid: h.pid,
-                        command: h.command.clone(),
+                        command: mask_tokens(&h.command),
                         host: h.host.clone(),
                         jvm: h.jvm.clone(),
                         os: h.os.clone(),
@@ -125,7 +149,7 @@ impl Registry {
         state.connections += 1;
         state.record.connected_at = now;
         state.record.last_seen = now;
-        (state.record.clone(), state.received_seq)
+        Some((state.record.clone(), state.received_seq))
     }
 
     /// Records batch `seq` as received; false if it was received before (a re-send).
@@ -170,6 +194,26 @@ impl Registry {
     }
 }
 
+/// `command` with the value of every `token=` option replaced by `***`: a command line is shown
+/// in the API and the UI, and an agent's options may carry the collector's token.
+pub fn mask_tokens(command: &str) -> String {
+    let mut out = String::with_capacity(command.len());
+    let mut rest = command;
+    while let Some(at) = rest.find("token=") {
+        let start = at + "token=".len();
+        out.push_str(&rest[..start]);
+        let value_len = rest[start..]
+            .find(|c: char| c == ',' || c.is_whitespace())
+            .unwrap_or(rest.len() - start);
+        if value_len > 0 {
+            out.push_str("***");
+        }
+        rest = &rest[start + value_len..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Everything the connection tasks and the HTTP handlers share.
 pub struct Hub {
     pub config: Config,
@@ -180,6 +224,10 @@ pub struct Hub {
     pub stats: Stats,
     /// Heap dumps uploaded per VM and their reports.
     pub heaps: Arc<heaps::Heaps>,
+    /// Bytes all agent connections make the collector hold (see [`MAX_ALL_CONNECTIONS_BYTES`]).
+    pub held: std::sync::atomic::AtomicUsize,
+    /// Per address: the minute (since the epoch) and how many new VMs it created in it.
+    new_vms: Mutex<std::collections::HashMap<std::net::IpAddr, (u64, u32)>>,
 }
 
 /// Counters since the collector started (`GET /api/stats`).
@@ -201,6 +249,20 @@ fn bump(c: &AtomicU64, n: u64) {
 }
 
 impl Hub {
+    /// Whether `ip` may create another VM record this minute (and counts it if so).
+    fn may_add_vm(&self, ip: std::net::IpAddr) -> bool {
+        let minute = now_ms() / 60_000;
+        let mut map = self.new_vms.lock().unwrap();
+        // Old minutes go, so the map holds only this minute's addresses.
+        map.retain(|_, (m, _)| *m == minute);
+        let (_, n) = map.entry(ip).or_insert((minute, 0));
+        if *n >= MAX_NEW_VMS_PER_MINUTE {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
     pub fn open(config: Config) -> anyhow::Result<Hub> {
         let store = Store::open(&config.data)?;
         let vms = Arc::new(Registry::load(store.vms()?, &store));
@@ -223,6 +285,8 @@ impl Hub {
             analyses,
             stats: Stats::default(),
             heaps,
+            held: std::sync::atomic::AtomicUsize::new(0),
+            new_vms: Mutex::new(std::collections::HashMap::new()),
         })
     }
 }
@@ -254,6 +318,8 @@ pub async fn serve(hub: Arc<Hub>, listener: TcpListener) -> anyhow::Result<()> {
     tokio::spawn(async move {
         let _ = axum::serve(http::ChannelListener { rx: http_rx, local }, router).await;
     });
+    let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut refused_said = false;
     loop {
         let (sock, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -263,9 +329,22 @@ pub async fn serve(hub: Arc<Hub>, listener: TcpListener) -> anyhow::Result<()> {
                 continue;
             }
         };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            if !refused_said {
+                refused_said = true;
+                eprintln!(
+                    "jvmprof serve: {MAX_CONNECTIONS} connections are open; closing new ones until some end"
+                );
+            }
+            drop(sock);
+            continue;
+        };
+        refused_said = false;
         let hub = hub.clone();
         let http_tx = http_tx.clone();
         tokio::spawn(async move {
+            // Held for the connection's life (an HTTP one keeps it until handed to axum).
+            let _permit = permit;
             match sniff(&sock).await {
                 Some(true) => agent(hub, sock, peer).await,
                 Some(false) => {
@@ -304,9 +383,15 @@ async fn sniff(sock: &TcpStream) -> Option<bool> {
 /// One agent connection, from Hello to close.
 async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
     let mut dec = Decoder::new();
-    let mut buf = vec![0u8; 64 << 10];
+    let mut buf = vec![0u8; 16 << 10];
     let mut vm: Option<u64> = None;
     let mut acked = 0;
+    let mut received = 0usize;
+    // What this connection holds, as last added to the hub's total.
+    let mut held = Held {
+        hub: &hub,
+        bytes: 0,
+    };
     let problem: Option<String> = 'conn: loop {
         let n = match tokio::time::timeout(IDLE_TIMEOUT, sock.read(&mut buf)).await {
             Err(_) => break Some(format!("silent for {} s", IDLE_TIMEOUT.as_secs())),
@@ -315,6 +400,13 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
             Ok(Ok(n)) => n,
         };
         bump(&hub.stats.bytes, n as u64);
+        received += n;
+        if vm.is_none() && received > MAX_HANDSHAKE {
+            let reason = format!("the handshake is larger than {MAX_HANDSHAKE} bytes");
+            bump(&hub.stats.rejected, 1);
+            reject(&mut sock, &reason).await;
+            break Some(format!("rejected: {reason}"));
+        }
         dec.push(&buf[..n]);
         loop {
             let event = match dec.next_event() {
@@ -322,6 +414,9 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
                 Ok(None) => break,
                 Err(e) => {
                     bump(&hub.stats.protocol_errors, 1);
+                    // Said to the agent too, so it reports it once and stops retrying blindly
+                    // (an unsupported protocol version, a table over its limit).
+                    reject(&mut sock, &e.to_string()).await;
                     break 'conn Some(e.to_string());
                 }
             };
@@ -334,17 +429,21 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
                             "wrong token"
                         };
                         bump(&hub.stats.rejected, 1);
-                        reply(
-                            &mut sock,
-                            &Reply::Reject {
-                                reason: reason.into(),
-                            },
-                        )
-                        .await;
+                        reject(&mut sock, reason).await;
                         break 'conn Some(format!("rejected: {reason}"));
                     }
+                    let Some((record, last_seq)) =
+                        hub.vms.connect(&h, || hub.may_add_vm(peer.ip()))
+                    else {
+                        let reason = format!(
+                            "{} created more than {MAX_NEW_VMS_PER_MINUTE} new VMs this minute",
+                            peer.ip()
+                        );
+                        bump(&hub.stats.rejected, 1);
+                        reject(&mut sock, &reason).await;
+                        break 'conn Some(format!("rejected: {reason}"));
+                    };
                     bump(&hub.stats.connections, 1);
-                    let (record, last_seq) = hub.vms.connect(&h);
                     acked = last_seq;
                     vm = Some(record.id);
                     eprintln!(
@@ -417,6 +516,12 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
                 (_, None) => break 'conn Some("data before the handshake".into()),
             }
         }
+        // Memory: this connection's share, and everyone's.
+        if let Some(reason) = held.update(dec.held_bytes()) {
+            bump(&hub.stats.rejected, 1);
+            reject(&mut sock, &reason).await;
+            break Some(format!("rejected: {reason}"));
+        }
         // Backpressure: while storage lags, stop reading (TCP then slows the agents down).
         if hub.store.backlog() > MAX_BACKLOG {
             hub.store.barrier().await;
@@ -464,8 +569,74 @@ async fn send_ack(hub: &Hub, sock: &mut TcpStream, vm: u64, acked: &mut u64) -> 
     reply(sock, &Reply::Ack { seq }).await
 }
 
+/// What one agent connection holds, kept in the hub's total; given back when it closes.
+struct Held<'a> {
+    hub: &'a Hub,
+    bytes: usize,
+}
+
+impl Held<'_> {
+    /// Records that the connection now holds `now` bytes; the reason to refuse it if that is
+    /// over its limit or takes everyone's over theirs.
+    fn update(&mut self, now: usize) -> Option<String> {
+        let total = &self.hub.held;
+        if now >= self.bytes {
+            total.fetch_add(now - self.bytes, Ordering::Relaxed);
+        } else {
+            total.fetch_sub(self.bytes - now, Ordering::Relaxed);
+        }
+        self.bytes = now;
+        if now > MAX_CONNECTION_BYTES {
+            return Some(format!(
+                "this agent's tables take more than {} MiB in the collector",
+                MAX_CONNECTION_BYTES >> 20
+            ));
+        }
+        let all = total.load(Ordering::Relaxed);
+        (all > MAX_ALL_CONNECTIONS_BYTES).then(|| {
+            format!(
+                "the collector holds more than {} MiB for its agents; try again later",
+                MAX_ALL_CONNECTIONS_BYTES >> 20
+            )
+        })
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.hub.held.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+async fn reject(sock: &mut TcpStream, reason: &str) {
+    reply(
+        sock,
+        &Reply::Reject {
+            reason: reason.into(),
+        },
+    )
+    .await;
+}
+
 async fn reply(sock: &mut TcpStream, r: &Reply) -> bool {
     let mut out = Vec::new();
     jvmprof_proto::wire::put_frame(r, &mut out);
     sock.write_all(&out).await.is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_masked_in_commands() {
+        assert_eq!(
+            mask_tokens("java -agentpath:/a.so=server=h:1,token=s3cret,refresh=1s -jar x.jar"),
+            "java -agentpath:/a.so=server=h:1,token=***,refresh=1s -jar x.jar"
+        );
+        assert_eq!(mask_tokens("a token=x token=y"), "a token=*** token=***");
+        assert_eq!(mask_tokens("token= x"), "token= x");
+        assert_eq!(mask_tokens("no secrets"), "no secrets");
+        assert_eq!(mask_tokens("-Dtoken=abc"), "-Dtoken=***");
+    }
 }

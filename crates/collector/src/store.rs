@@ -126,10 +126,20 @@ fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     postcard::to_stdvec(v).unwrap_or_default()
 }
 
+/// Creates `dir` and its missing parents readable by this user only (mode 0700): profiles show
+/// command lines, stacks and heap contents. An existing directory is left as it is.
+pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
 impl Store {
     /// Opens (or creates) `dir/collector.redb` and starts the writer thread.
     pub fn open(dir: &Path) -> anyhow::Result<Store> {
-        std::fs::create_dir_all(dir)?;
+        create_private_dir(dir)?;
         let path = dir.join("collector.redb");
         // redb's default page cache is 1 GiB; the collector needs far less resident.
         let db = redb::Builder::new()

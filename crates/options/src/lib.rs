@@ -322,7 +322,7 @@ pub fn process_start_ticks(pid: u32) -> Option<u64> {
     fields.get(19)?.parse().ok()
 }
 
-pub const KNOWN_KEYS: &str = "mode, interval, alloc_interval, live, lock_threshold, file, format, value, threads, depth, engine, cpu_engine, recover_walks, duration, status, flush, server, token, refresh, owner, owner_file, log, hprof_on_oom, hprof_on_exit, stop, reply, query, dump, heap, include, exclude, bba, max_nodes";
+pub const KNOWN_KEYS: &str = "mode, interval, alloc_interval, live, lock_threshold, file, format, value, threads, depth, engine, cpu_engine, recover_walks, duration, status, flush, server, token, token_file, refresh, owner, owner_file, log, hprof_on_oom, hprof_on_exit, stop, reply, query, dump, heap, include, exclude, bba, max_nodes";
 
 /// A file name with `%p` replaced by `pid`, `%t` by the time `unix_secs` as `YYYYMMDD-hhmmss`
 /// (UTC) and `%%` by `%`, as async-profiler names its files; other `%` stay as they are.
@@ -488,6 +488,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "file" => o.file = Some(here(need()?)),
             "server" => o.server = Some(need()?.to_string()),
             "token" => o.token = Some(need()?.to_string()),
+            "token_file" => o.token = Some(read_token(Path::new(need()?))?),
             "refresh" => {
                 o.refresh = parse_duration(need()?)?;
                 // At most a minute: a snapshot is also what keeps the connection alive (the
@@ -595,6 +596,13 @@ pub fn parse(text: &str) -> Result<Command, String> {
     if live && o.alloc.is_none() {
         return Err("`live` needs mode alloc".into());
     }
+    // A token from the environment keeps it off the JVM's command line.
+    if o.server.is_some() && o.token.is_none() {
+        o.token = std::env::var("JVMPROF_TOKEN")
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty());
+    }
     if o.file.is_none() && o.server.is_none() {
         o.file = Some(PathBuf::from(format!(
             "jvmprof-{}.jvmprof",
@@ -606,6 +614,17 @@ pub fn parse(text: &str) -> Result<Command, String> {
 
 /// A class pattern: a binary name with dots, `*` matching any run of characters
 /// (`java.util.*`, `com.acme.*Service`, `Foo`).
+/// The collector token kept in `path` (its first line; surrounding blanks ignored).
+fn read_token(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("token_file: cannot read {}: {e}", path.display()))?;
+    let token = text.lines().next().unwrap_or("").trim();
+    if token.is_empty() {
+        return Err(format!("token_file: {} is empty", path.display()));
+    }
+    Ok(token.to_string())
+}
+
 fn check_pattern(p: &str) -> Result<String, String> {
     if p.contains('/') || p.chars().any(char::is_whitespace) {
         return Err(format!(
@@ -731,6 +750,19 @@ mod tests {
             let e = parse(&format!("server=127.0.0.1:7878,{bad}")).unwrap_err();
             assert!(e.contains("between 10ms and 60s"), "{bad}: {e}");
         }
+        assert_eq!(s.token.as_deref(), Some("abc"));
+        let dir = std::env::temp_dir().join(format!("jvmprof-opt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tf = dir.join("t");
+        std::fs::write(&tf, " s3cret \nignored\n").unwrap();
+        let t = start(&format!("server=h:1,token_file={}", tf.display()));
+        assert_eq!(t.token.as_deref(), Some("s3cret"));
+        std::fs::write(&tf, "\n").unwrap();
+        let e = parse(&format!("server=h:1,token_file={}", tf.display())).unwrap_err();
+        assert!(e.contains("is empty"), "{e}");
+        let e = parse(&format!("server=h:1,token_file={}/none", dir.display())).unwrap_err();
+        assert!(e.contains("cannot read"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(s.file, None, "streaming alone writes no file");
         assert!(
             start("").file.is_some(),

@@ -273,6 +273,8 @@ pub struct Decoder {
     threads: Vec<Thread>,
     meta: Option<Meta0>,
     failed: Option<ProtoError>,
+    /// Estimated bytes the tables hold (see [`held_bytes`](Decoder::held_bytes)).
+    held: usize,
 }
 
 fn check_first(what: &str, first: u32, have: usize, adding: usize) -> Result<(), String> {
@@ -295,12 +297,23 @@ impl Decoder {
     pub fn push(&mut self, data: &[u8]) {
         if self.pos > 0 && self.pos == self.buf.len() {
             self.buf.clear();
+            // A big frame's room is not kept for the life of the connection.
+            if self.buf.capacity() > 1 << 20 {
+                self.buf.shrink_to(64 << 10);
+            }
             self.pos = 0;
         } else if self.pos > (1 << 16) {
             self.buf.drain(..self.pos);
             self.pos = 0;
         }
         self.buf.extend_from_slice(data);
+    }
+
+    /// About how many bytes this connection makes the decoder hold: its tables (strings, and the
+    /// frames, stacks and threads built from them) and its input buffer. The collector bounds
+    /// it per connection and over all connections.
+    pub fn held_bytes(&self) -> usize {
+        self.held + self.buf.capacity()
     }
 
     /// Bytes received but not yet decoded (part of a frame).
@@ -423,6 +436,7 @@ impl Decoder {
             }
             Message::Strings { first, strings } => {
                 check_first("string", first, self.strings.len(), strings.len())?;
+                self.held += strings.iter().map(|s| s.len() + 24).sum::<usize>();
                 self.strings.extend(strings);
             }
             Message::Frames { first, frames } => {
@@ -438,6 +452,10 @@ impl Decoder {
                         descriptor: self.string(f.descriptor).map_err(at)?.to_string(),
                         line: f.line,
                     };
+                    self.held += frame.class.len()
+                        + frame.method.len()
+                        + frame.descriptor.len()
+                        + std::mem::size_of::<Frame>();
                     self.frames.push(frame);
                 }
             }
@@ -451,6 +469,7 @@ impl Decoder {
                             self.frames.len()
                         ));
                     }
+                    self.held += s.len() * 4 + 24;
                     self.stacks.push(s);
                 }
             }
@@ -461,6 +480,7 @@ impl Decoder {
                         .string(t.name)
                         .map_err(|e| format!("thread {}: {e}", first as usize + i))?
                         .to_string();
+                    self.held += name.len() + std::mem::size_of::<Thread>();
                     self.threads.push(Thread { tid: t.tid, name });
                 }
             }
