@@ -12,8 +12,20 @@ pub struct Args {
     #[arg(long, default_value = "jvmprof-data")]
     pub data: PathBuf,
     /// Agents must present this token (`token=...` agent option).
-    #[arg(long, env = "JVMPROF_TOKEN")]
+    #[arg(long, env = "JVMPROF_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Delete samples older than this, and VMs not seen for this long with all their data
+    /// (e.g. 7d; default: keep everything).
+    #[arg(long, value_parser = duration)]
+    pub retention: Option<std::time::Duration>,
+    /// Merge sample batches older than this into one profile per VM and minute, so queries over
+    /// long ranges read minutes (time ranges in older data are then whole minutes).
+    #[arg(long, value_parser = duration, default_value = "10m")]
+    pub rollup_after: std::time::Duration,
+}
+
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    jvmprof_options::parse_duration(s)
 }
 
 pub fn run(args: Args) -> Result<i32> {
@@ -21,6 +33,10 @@ pub fn run(args: Args) -> Result<i32> {
         listen: args.listen,
         data: args.data,
         token: args.token,
+        retention: jvmprof_collector::store::Retention {
+            rollup_after: args.rollup_after,
+            keep: args.retention,
+        },
     })?;
     Ok(0)
 }

@@ -173,10 +173,14 @@ fn get(addr: &str, path: &str) -> Option<(u16, Vec<u8>)> {
 }
 
 fn get_as(addr: &str, path: &str, token: Option<&str>) -> Option<(u16, Vec<u8>)> {
+    request(addr, "GET", path, token)
+}
+
+fn request(addr: &str, method: &str, path: &str, token: Option<&str>) -> Option<(u16, Vec<u8>)> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").ok()?;
+    write!(s, "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").ok()?;
     let mut resp = Vec::new();
     s.read_to_end(&mut resp).ok()?;
     let split = resp.windows(4).position(|w| w == b"\r\n\r\n")?;
@@ -1016,4 +1020,82 @@ fn token_from_the_environment_and_from_record() {
     record.wait_success();
     assert!(total(&std::fs::read_to_string(&out).unwrap()) > 0);
     assert!(!work.exists(), "record removes its directory");
+}
+
+/// `--retention`: a VM gone for longer is deleted with its data by itself; `DELETE
+/// /api/vms/{id}` deletes one that is not connected (never one that is), and ids are not
+/// reused.
+#[test]
+fn retention_and_delete_remove_vms_with_their_data() {
+    let _g = serial();
+    let dir = scratch("retention");
+    let data = dir.join("data");
+    let mut cmd_extra = Command::new(jvmprof());
+    cmd_extra
+        .args(["serve", "--listen", "127.0.0.1:0", "--token", TOKEN])
+        .args(["--retention", "4s", "--rollup-after", "1s", "--data"])
+        .arg(&data);
+    let c = Proc::spawn(&mut cmd_extra);
+    let addr = wait_for("the collector to listen", || {
+        let err = c.stderr();
+        let rest = err.split("listening on ").nth(1)?;
+        Some(rest.split_whitespace().next()?.to_string())
+    });
+    let mut stays = jvm(&format!("server={addr},token={TOKEN},refresh=200ms"), 300);
+    let stays_id = wait_connected_in_work(&addr, stays.pid());
+    let mut brief = jvm(&format!("server={addr},token={TOKEN},refresh=200ms"), 2);
+    let brief_id = wait_connected_in_work(&addr, brief.pid());
+    brief.wait_success();
+    wait_disconnected(&addr, brief.pid());
+    assert!(total(&collapsed(&addr, brief_id)) > 0);
+    wait_for("the call graph of the brief VM", || {
+        data.join(format!("callgraphs/vm-{brief_id}.dot"))
+            .exists()
+            .then_some(())
+    });
+
+    // The brief VM expires four seconds after it was last seen, with its data.
+    wait_for("the brief VM to expire", || {
+        vm_by_pid(&addr, brief.pid()).is_none().then_some(())
+    });
+    assert!(c.stderr().contains(&format!("VM {brief_id} expired")));
+    for path in [
+        format!("/api/vms/{brief_id}/profile?format=collapsed"),
+        format!("/api/vms/{brief_id}/threads"),
+    ] {
+        assert_eq!(get(&addr, &path).unwrap().0, 404, "{path}");
+    }
+    assert!(!data.join(format!("callgraphs/vm-{brief_id}.dot")).exists());
+    // The connected one stays, though its first samples are older than the retention.
+    assert_eq!(vm_by_pid(&addr, stays.pid()).unwrap()["connected"], true);
+
+    // DELETE: the token is needed, an unknown id is 404, a connected VM is refused.
+    let path = format!("/api/vms/{stays_id}");
+    assert_eq!(request(&addr, "DELETE", &path, None).unwrap().0, 401);
+    assert_eq!(
+        request(&addr, "DELETE", "/api/vms/9999", Some(TOKEN))
+            .unwrap()
+            .0,
+        404
+    );
+    let (status, body) = request(&addr, "DELETE", &path, Some(TOKEN)).unwrap();
+    assert_eq!(status, 409, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("is connected"));
+    stays.kill();
+    wait_disconnected(&addr, stays.pid());
+    let (status, _) = request(&addr, "DELETE", &path, Some(TOKEN)).unwrap();
+    assert_eq!(status, 204);
+    assert!(vm_by_pid(&addr, stays.pid()).is_none());
+    assert_eq!(
+        get(&addr, &format!("{path}/profile?format=collapsed"))
+            .unwrap()
+            .0,
+        404
+    );
+    assert_eq!(request(&addr, "DELETE", &path, Some(TOKEN)).unwrap().0, 404);
+
+    // A new VM gets a new id, not a deleted one's.
+    let next = jvm(&format!("server={addr},token={TOKEN},refresh=200ms"), 60);
+    let next_id = wait_connected_in_work(&addr, next.pid());
+    assert!(next_id > stays_id.max(brief_id), "{next_id}");
 }

@@ -34,6 +34,8 @@ pub trait Analysis: Send + Sync {
     fn add_trace(&self, vm: u64, trace: &Trace);
     /// The VM's connection ended; everything it sent has been stored.
     fn remove_connection(&self, vm: u64);
+    /// The VM was deleted (by the API or for its age): drop what is kept of it.
+    fn remove_vm(&self, _vm: u64) {}
 }
 
 /// The latest snapshot of each VM (loaded from the store at start).
@@ -100,6 +102,11 @@ impl Analysis for LiveView {
     }
 
     fn remove_connection(&self, _vm: u64) {}
+
+    fn remove_vm(&self, vm: u64) {
+        self.latest.lock().unwrap().remove(&vm);
+        self.history.lock().unwrap().remove(&vm);
+    }
 }
 
 /// Stores every sample batch, and each VM's latest snapshot at most once per
@@ -158,6 +165,10 @@ impl Analysis for Profiles {
             self.store.put_snapshot(vm, s);
         }
     }
+
+    fn remove_vm(&self, vm: u64) {
+        self.snapshots.lock().unwrap().remove(&vm);
+    }
 }
 
 /// Writes `DIR/callgraphs/vm-ID.dot` (the VM's whole profile) when a VM disconnects.
@@ -192,5 +203,9 @@ impl Analysis for CallGraphs {
                 eprintln!("jvmprof serve: call graph of VM {vm}: {e}");
             }
         });
+    }
+
+    fn remove_vm(&self, vm: u64) {
+        let _ = std::fs::remove_file(self.dir.join(format!("vm-{vm}.dot")));
     }
 }

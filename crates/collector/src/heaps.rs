@@ -110,4 +110,17 @@ impl Heaps {
         };
         self.states.lock().unwrap().insert(vm, state);
     }
+
+    /// Deletes the VM's dump and reports (the VM was deleted).
+    pub fn remove(&self, vm: u64) {
+        self.states.lock().unwrap().remove(&vm);
+        for name in [
+            format!("{vm}.hprof"),
+            format!("{vm}.hprof.part"),
+            format!("{vm}.json"),
+            format!("{vm}.html"),
+        ] {
+            let _ = std::fs::remove_file(self.dir.join(name));
+        }
+    }
 }

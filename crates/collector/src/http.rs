@@ -6,6 +6,8 @@
 //! - `GET /api/vms/{id}/profile?format=collapsed|pprof|html|speedscope|dot|jvmprof&from=&to=`:
 //!   the VM's samples received in `[from, to]` (Unix ms; default everything) merged into one
 //!   profile, written by jvmprof_profile's exporters; `download=1` makes it an attachment.
+//! - `DELETE /api/vms/{id}`: deletes a VM that is not connected with all its data (204; 409
+//!   while it is connected, 404 for an unknown id). Ids are never reused.
 //! - `GET /api/stats`: ingest counters since start (connections, bytes, snapshots, samples, ...).
 //! - `POST /api/vms/{id}/heap`: an HPROF heap dump of the VM as the body (with `Authorization:
 //!   Bearer TOKEN` when the collector has a token); 202 once stored, analysed in the background.
@@ -54,6 +56,7 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/", get(|| async { Html(INDEX) }))
         .route("/api/vms", get(vms))
         .route("/api/stats", get(stats))
+        .route("/api/vms/{id}", axum::routing::delete(delete_vm))
         .route("/api/vms/{id}/threads", get(threads))
         .route("/api/vms/{id}/profile", get(profile))
         .route("/api/vms/{id}/series", get(series))
@@ -130,6 +133,21 @@ async fn vms(State(hub): State<Arc<Hub>>) -> Response {
 
 /// Largest heap dump accepted by upload.
 const MAX_HEAP_DUMP: u64 = 64 << 30;
+
+async fn delete_vm(State(hub): State<Arc<Hub>>, Path(id): Path<u64>) -> Response {
+    match hub.delete_vm(id).await {
+        Ok(Ok(())) => {
+            eprintln!("jvmprof serve: VM {id} deleted");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(Err(crate::DeleteError::Unknown)) => error(StatusCode::NOT_FOUND, format!("no VM {id}")),
+        Ok(Err(crate::DeleteError::Connected)) => error(
+            StatusCode::CONFLICT,
+            format!("VM {id} is connected; it can be deleted once it disconnects"),
+        ),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
 
 async fn heap_upload(
     State(hub): State<Arc<Hub>>,

@@ -52,6 +52,8 @@ pub struct Config {
     pub listen: String,
     pub data: PathBuf,
     pub token: Option<String>,
+    /// What the store keeps and for how long.
+    pub retention: store::Retention,
 }
 
 pub fn now_ms() -> u64 {
@@ -70,10 +72,19 @@ struct VmState {
     received_seq: u64,
 }
 
-/// Every VM ever seen, connected or not.
+/// Every VM seen and not deleted, connected or not.
 #[derive(Default)]
 pub struct Registry {
     vms: Mutex<BTreeMap<u64, VmState>>,
+    /// The id the next new VM gets (ids are never reused).
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+/// Why a VM cannot be deleted.
+#[derive(Debug, PartialEq, Eq)]
+pub enum DeleteError {
+    Unknown,
+    Connected,
 }
 
 /// A VM as the API lists it.
@@ -85,7 +96,7 @@ pub struct VmView {
 }
 
 impl Registry {
-    fn load(records: Vec<VmRecord>, store: &Store) -> Registry {
+    fn load(records: Vec<VmRecord>, store: &Store, next_id: u64) -> Registry {
         let vms = records
             .into_iter()
             .map(|mut r| {
@@ -103,6 +114,7 @@ impl Registry {
             .collect();
         Registry {
             vms: Mutex::new(vms),
+            next_id: next_id.into(),
         }
     }
 
@@ -128,7 +140,7 @@ impl Registry {
         let state = match existing.and_then(|id| vms.get_mut(&id)) {
             Some(v) => v,
             None => {
-                let id = vms.keys().next_back().map_or(1, |k| k + 1);
+                let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                 vms.entry(id).or_insert(VmState {
                     record: VmRecord {
                         id,
@@ -175,6 +187,25 @@ impl Registry {
         if let Some(v) = self.vms.lock().unwrap().get_mut(&id) {
             v.connections = v.connections.saturating_sub(1);
         }
+    }
+
+    /// Forgets a VM that is not connected (its data is the store's to delete).
+    pub fn remove(&self, id: u64) -> Result<VmRecord, DeleteError> {
+        let mut vms = self.vms.lock().unwrap();
+        match vms.get(&id) {
+            None => Err(DeleteError::Unknown),
+            Some(v) if v.connections > 0 => Err(DeleteError::Connected),
+            Some(_) => Ok(vms.remove(&id).map(|v| v.record).unwrap_or_default()),
+        }
+    }
+
+    /// The VMs with an open connection.
+    pub fn connected(&self) -> std::collections::HashSet<u64> {
+        let vms = self.vms.lock().unwrap();
+        vms.iter()
+            .filter(|(_, v)| v.connections > 0)
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     pub fn record(&self, id: u64) -> Option<VmRecord> {
@@ -265,7 +296,7 @@ impl Hub {
 
     pub fn open(config: Config) -> anyhow::Result<Hub> {
         let store = Store::open(&config.data)?;
-        let vms = Arc::new(Registry::load(store.vms()?, &store));
+        let vms = Arc::new(Registry::load(store.vms()?, &store, store.next_vm_id()?));
         let live = Arc::new(LiveView::load(&store)?);
         let analyses: Vec<Arc<dyn Analysis>> = vec![
             live.clone(),
@@ -289,7 +320,68 @@ impl Hub {
             new_vms: Mutex::new(std::collections::HashMap::new()),
         })
     }
+
+    /// Deletes a VM that is not connected, with everything stored of it (samples, frames,
+    /// snapshot, heap report, call graph).
+    pub async fn delete_vm(&self, id: u64) -> anyhow::Result<Result<(), DeleteError>> {
+        if let Err(e) = self.vms.remove(id) {
+            return Ok(Err(e));
+        }
+        self.store.delete_vm(id).await?;
+        self.forget(id);
+        Ok(Ok(()))
+    }
+
+    /// Drops what the analyses and the heap reports keep of a deleted VM.
+    fn forget(&self, id: u64) {
+        for a in &self.analyses {
+            a.remove_vm(id);
+        }
+        self.heaps.remove(id);
+    }
+
+    /// Rolls up and expires stored data now and then, for as long as the collector runs.
+    async fn maintain(self: Arc<Hub>) {
+        let retention = self.config.retention;
+        // Often enough that data lives at most a little past its retention.
+        let every = retention
+            .keep
+            .map_or(MAINTENANCE_EVERY, |k| (k / 10).min(MAINTENANCE_EVERY))
+            .max(Duration::from_millis(200));
+        let mut said = false;
+        loop {
+            tokio::time::sleep(every).await;
+            loop {
+                let connected = self.vms.connected();
+                match self.store.maintain(now_ms(), retention, connected).await {
+                    Ok(done) => {
+                        said = false;
+                        for id in &done.removed_vms {
+                            // Only VMs that were not connected are removed; one that
+                            // connected meanwhile keeps its (new) registry entry.
+                            let _ = self.vms.remove(*id);
+                            self.forget(*id);
+                            eprintln!("jvmprof serve: VM {id} expired and was deleted");
+                        }
+                        if !done.more {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        if !said {
+                            said = true;
+                            eprintln!("jvmprof serve: store maintenance failed: {e}");
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+    }
 }
+
+/// How often the store is maintained (rollups, retention) at most.
+const MAINTENANCE_EVERY: Duration = Duration::from_secs(30);
 
 /// Binds `config.listen`, prints where, and serves until the process ends.
 pub fn run_blocking(config: Config) -> anyhow::Result<()> {
@@ -318,6 +410,7 @@ pub async fn serve(hub: Arc<Hub>, listener: TcpListener) -> anyhow::Result<()> {
     tokio::spawn(async move {
         let _ = axum::serve(http::ChannelListener { rx: http_rx, local }, router).await;
     });
+    tokio::spawn(hub.clone().maintain());
     let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let mut refused_said = false;
     loop {

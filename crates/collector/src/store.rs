@@ -1,17 +1,21 @@
 //! Embedded storage (redb, one file under `--data`): the VMs, every received sample batch and the
 //! latest thread snapshot of each VM. One writer thread commits whatever has queued up in one
 //! transaction (group commit, fsync per transaction), so many agents cost few fsyncs; a
-//! [`Store::barrier`] returns once everything queued before it is durable.
+//! [`Store::barrier`] returns once everything queued before it is durable. The same thread
+//! keeps the store small ([`Store::maintain`]): batches older than the rollup age are merged into
+//! one profile per VM and minute, so a query over a day reads at most 1,440 of them, and data
+//! and VMs older than the retention are deleted.
 
 use jvmprof_profile::{Frame, Meta, Profile, ProfileBuilder};
 use jvmprof_proto::Snapshot;
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// redb's page cache.
 const CACHE_BYTES: usize = 64 << 20;
@@ -22,10 +26,18 @@ const FRAMES: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("frames"
 /// (vm, sequence) → a received sample batch (a profile whose stacks hold dictionary ids and
 /// whose own frame list is empty).
 const BATCHES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("batches");
+/// (vm, minute since the epoch) → the VM's batches of that minute merged into one (same
+/// encoding as a batch; its time is the minute's start): what batches become after the rollup
+/// age.
+const ROLLUPS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("rollups");
+const MINUTE_MS: u64 = 60_000;
+/// Most batches one maintenance pass rolls up (one transaction); the rest wait for the next.
+const MAX_ROLLUP_BATCHES: usize = 20_000;
 const SNAPSHOTS: TableDefinition<u64, &[u8]> = TableDefinition::new("snapshots");
 /// vm → seq of the newest stored batch (committed with the batch, so a re-sent batch is known).
 const SEQS: TableDefinition<u64, u64> = TableDefinition::new("seqs");
-/// "version" → [`STORE_VERSION`], the encoding of the stored batches.
+/// "version" → [`STORE_VERSION`], the encoding of the stored batches; "next_vm_id" → the id
+/// the next new VM gets (ids are never reused, also after a VM is deleted).
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// Version of the stored batches' encoding: 2 since profiles keep their stacks as a tree
 /// (`jvmprof_profile::Stacks`). A store from before (no version) holding batches is refused
@@ -97,6 +109,41 @@ impl From<Profile> for StoredProfile {
     }
 }
 
+/// How long the store keeps what.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// Batches older than this are merged into per-minute rollups.
+    pub rollup_after: Duration,
+    /// Samples older than this are deleted, and VMs neither connected nor seen for this long
+    /// with all their data; `None` keeps everything.
+    pub keep: Option<Duration>,
+}
+
+impl Default for Retention {
+    fn default() -> Retention {
+        Retention {
+            rollup_after: Duration::from_secs(600),
+            keep: None,
+        }
+    }
+}
+
+/// What one maintenance pass did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Maintained {
+    /// Batches merged into rollups, and the rollups written.
+    pub rolled_up: usize,
+    pub rollups: usize,
+    /// Batches and rollups deleted for their age.
+    pub expired: usize,
+    /// VMs deleted with all their data.
+    pub removed_vms: Vec<u64>,
+    /// Old batches are left for another pass.
+    pub more: bool,
+}
+
+type Reply<T> = tokio::sync::oneshot::Sender<anyhow::Result<T>>;
+
 enum Write {
     Vm(VmRecord),
     Batch {
@@ -110,6 +157,16 @@ enum Write {
         snapshot: Snapshot,
     },
     Barrier(tokio::sync::oneshot::Sender<()>),
+    Maintain {
+        now_ms: u64,
+        retention: Retention,
+        connected: HashSet<u64>,
+        reply: Reply<Maintained>,
+    },
+    DeleteVm {
+        vm: u64,
+        reply: Reply<()>,
+    },
 }
 
 #[derive(Clone)]
@@ -152,6 +209,7 @@ impl Store {
         w.open_table(SNAPSHOTS)?;
         w.open_table(SEQS)?;
         w.open_table(FRAMES)?;
+        w.open_table(ROLLUPS)?;
         {
             let mut meta = w.open_table(META)?;
             let version = meta.get("version")?.map(|v| v.value());
@@ -206,10 +264,47 @@ impl Store {
                         writes.push(w);
                     }
                     let n = writes.len();
+                    // Maintenance and deletions run after the writes queued with them, each
+                    // in a transaction of its own.
+                    let (writes, chores): (Vec<Write>, Vec<Write>) =
+                        writes.into_iter().partition(|w| {
+                            !matches!(w, Write::Maintain { .. } | Write::DeleteVm { .. })
+                        });
                     if let Err(e) = commit(&wdb, &mut seq, &mut dicts, &wcommitted, writes) {
                         eprintln!("jvmprof serve: storage write failed: {e}");
                         // The dictionaries may hold ids of the failed transaction: reload.
                         dicts.clear();
+                    }
+                    for chore in chores {
+                        match chore {
+                            Write::Maintain {
+                                now_ms,
+                                retention,
+                                connected,
+                                reply,
+                            } => {
+                                let done = maintain(&wdb, now_ms, retention, &connected);
+                                if let Ok(done) = &done {
+                                    for vm in &done.removed_vms {
+                                        dicts.remove(vm);
+                                        wcommitted.lock().unwrap().remove(vm);
+                                    }
+                                }
+                                let _ = reply.send(done);
+                            }
+                            Write::DeleteVm { vm, reply } => {
+                                let done = (|| {
+                                    let w = wdb.begin_write()?;
+                                    delete_vm(&w, vm)?;
+                                    w.commit()?;
+                                    anyhow::Ok(())
+                                })();
+                                dicts.remove(&vm);
+                                wcommitted.lock().unwrap().remove(&vm);
+                                let _ = reply.send(done);
+                            }
+                            _ => {}
+                        }
                     }
                     wbacklog.fetch_sub(n, Ordering::Relaxed);
                 }
@@ -272,6 +367,44 @@ impl Store {
         }
     }
 
+    /// Rolls up old batches and deletes expired data and VMs (not those in `connected`), as of
+    /// `now_ms`, after every write queued before it.
+    pub async fn maintain(
+        &self,
+        now_ms: u64,
+        retention: Retention,
+        connected: HashSet<u64>,
+    ) -> anyhow::Result<Maintained> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.send(Write::Maintain {
+            now_ms,
+            retention,
+            connected,
+            reply,
+        });
+        rx.await
+            .map_err(|_| anyhow::anyhow!("the store writer has stopped"))?
+    }
+
+    /// Deletes a VM and everything stored of it.
+    pub async fn delete_vm(&self, vm: u64) -> anyhow::Result<()> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.send(Write::DeleteVm { vm, reply });
+        rx.await
+            .map_err(|_| anyhow::anyhow!("the store writer has stopped"))?
+    }
+
+    /// The id the next new VM gets: above every id stored or ever deleted.
+    pub fn next_vm_id(&self) -> anyhow::Result<u64> {
+        let r = self.db.begin_read()?;
+        let next = r
+            .open_table(META)?
+            .get("next_vm_id")?
+            .map_or(1, |v| v.value());
+        let max = r.open_table(VMS)?.last()?.map_or(0, |(k, _)| k.value());
+        Ok(next.max(max + 1))
+    }
+
     pub fn vms(&self) -> anyhow::Result<Vec<VmRecord>> {
         let r = self.db.begin_read()?;
         let t = r.open_table(VMS)?;
@@ -297,13 +430,8 @@ impl Store {
     /// order: (time, samples, CPU or wall ns: the `ns` metric, else samples × interval).
     pub fn series(&self, vm: u64, from: u64, to: u64) -> anyhow::Result<Vec<(u64, u64, u64)>> {
         let r = self.db.begin_read()?;
-        let t = r.open_table(BATCHES)?;
         let mut out = Vec::new();
-        for e in t.range((vm, 0)..=(vm, u64::MAX))? {
-            let batch: Batch = postcard::from_bytes(e?.1.value())?;
-            if batch.time_unix_ms < from || batch.time_unix_ms > to {
-                continue;
-            }
+        for_each_stored(&r, vm, from, to, |batch| {
             let p = &batch.profile;
             let at = |m: jvmprof_profile::Metric| p.meta.metrics.iter().position(|x| *x == m);
             let sum = |i: Option<usize>| {
@@ -319,7 +447,8 @@ impl Store {
                 None => samples.saturating_mul(p.meta.interval_ns),
             };
             out.push((batch.time_unix_ms, samples, ns));
-        }
+            Ok(())
+        })?;
         out.sort_by_key(|x| x.0);
         Ok(out)
     }
@@ -327,45 +456,14 @@ impl Store {
     /// The VM's samples received with times in `[from, to]` (Unix ms), merged into one profile.
     pub fn profile(&self, vm: &VmRecord, from: u64, to: u64) -> anyhow::Result<Profile> {
         let r = self.db.begin_read()?;
-        let t = r.open_table(BATCHES)?;
-        let mut dict: Vec<Frame> = Vec::new();
-        for e in r
-            .open_table(FRAMES)?
-            .range((vm.id, 0)..=(vm.id, u32::MAX))?
-        {
-            dict.push(postcard::from_bytes(e?.1.value())?);
-        }
-        // Dictionary id → the merged profile's frame id, filled as frames are used.
-        let mut ids: Vec<Option<u32>> = vec![None; dict.len()];
-        let mut merged: Option<ProfileBuilder> = None;
+        let mut merger = Merger::new(dictionary(&r.open_table(FRAMES)?, vm.id)?);
         let (mut first, mut last) = (u64::MAX, 0);
-        for e in t.range((vm.id, 0)..=(vm.id, u64::MAX))? {
-            let (_, v) = e?;
-            let batch: Batch = postcard::from_bytes(v.value())?;
-            if batch.time_unix_ms < from || batch.time_unix_ms > to {
-                continue;
-            }
+        for_each_stored(&r, vm.id, from, to, |batch| {
             first = first.min(batch.time_unix_ms);
             last = last.max(batch.time_unix_ms);
-            let b = merged.get_or_insert_with(|| {
-                ProfileBuilder::new(Meta {
-                    modes: batch.profile.meta.modes.clone(),
-                    metrics: batch.profile.meta.metrics.clone(),
-                    interval_ns: batch.profile.meta.interval_ns,
-                    ..Meta::default()
-                })
-            });
-            let mut p = Profile::from(batch.profile);
-            p.stacks.map_frames(|f| {
-                let i = f as usize;
-                let frame = dict.get(i).ok_or_else(|| {
-                    anyhow::anyhow!("stored batch refers to frame {i} of {}", dict.len())
-                })?;
-                anyhow::Ok(*ids[i].get_or_insert_with(|| b.frame(frame.clone())))
-            })?;
-            merge_stacks(b, &p);
-        }
-        let mut b = merged.unwrap_or_else(|| {
+            merger.add(batch.profile)
+        })?;
+        let mut b = merger.merged.unwrap_or_else(|| {
             ProfileBuilder::new(Meta {
                 modes: vec!["cpu".into()],
                 metrics: vec![
@@ -387,6 +485,209 @@ impl Store {
         meta.extra.insert("vm_id".into(), vm.id.to_string());
         Ok(b.finish())
     }
+}
+
+/// The frame dictionary of `vm`: index = dictionary id.
+fn dictionary(
+    frames: &impl ReadableTable<(u64, u32), &'static [u8]>,
+    vm: u64,
+) -> anyhow::Result<Vec<Frame>> {
+    let mut dict = Vec::new();
+    for e in frames.range((vm, 0)..=(vm, u32::MAX))? {
+        dict.push(postcard::from_bytes(e?.1.value())?);
+    }
+    Ok(dict)
+}
+
+/// The time of a stored batch or rollup, without decoding the rest (it is the first field).
+fn stored_time(bytes: &[u8]) -> anyhow::Result<u64> {
+    Ok(postcard::take_from_bytes::<u64>(bytes)?.0)
+}
+
+/// Calls `f` with every rollup and batch of `vm` in `[from, to]` (Unix ms; a rollup is in when
+/// its minute overlaps the range): rollups first, oldest first, then the batches not yet
+/// rolled up.
+fn for_each_stored(
+    r: &redb::ReadTransaction,
+    vm: u64,
+    from: u64,
+    to: u64,
+    mut f: impl FnMut(Batch) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let rollups = r.open_table(ROLLUPS)?;
+    for e in rollups.range((vm, from / MINUTE_MS)..=(vm, to / MINUTE_MS))? {
+        f(postcard::from_bytes(e?.1.value())?)?;
+    }
+    let batches = r.open_table(BATCHES)?;
+    for e in batches.range((vm, 0)..=(vm, u64::MAX))? {
+        let (_, v) = e?;
+        let time = stored_time(v.value())?;
+        if time < from || time > to {
+            continue;
+        }
+        f(postcard::from_bytes(v.value())?)?;
+    }
+    Ok(())
+}
+
+/// Merges stored profiles (frames as dictionary ids) into one profile with real frames.
+struct Merger {
+    dict: Vec<Frame>,
+    /// Dictionary id → the merged profile's frame id, filled as frames are used.
+    ids: Vec<Option<u32>>,
+    merged: Option<ProfileBuilder>,
+}
+
+impl Merger {
+    fn new(dict: Vec<Frame>) -> Merger {
+        Merger {
+            ids: vec![None; dict.len()],
+            dict,
+            merged: None,
+        }
+    }
+
+    fn add(&mut self, stored: StoredProfile) -> anyhow::Result<()> {
+        let b = self.merged.get_or_insert_with(|| {
+            ProfileBuilder::new(Meta {
+                modes: stored.meta.modes.clone(),
+                metrics: stored.meta.metrics.clone(),
+                interval_ns: stored.meta.interval_ns,
+                ..Meta::default()
+            })
+        });
+        let mut p = Profile::from(stored);
+        let (dict, ids) = (&self.dict, &mut self.ids);
+        p.stacks.map_frames(|f| {
+            let i = f as usize;
+            let frame = dict.get(i).ok_or_else(|| {
+                anyhow::anyhow!("stored batch refers to frame {i} of {}", dict.len())
+            })?;
+            anyhow::Ok(*ids[i].get_or_insert_with(|| b.frame(frame.clone())))
+        })?;
+        merge_stacks(b, &p);
+        Ok(())
+    }
+
+    /// The merged profile back in dictionary ids, as stored.
+    fn finish_stored(self) -> Option<StoredProfile> {
+        let mut p = self.merged?.finish();
+        // The builder's frame id → dictionary id.
+        let mut back = vec![0u32; p.frames.len()];
+        for (dict_id, id) in self.ids.iter().enumerate() {
+            if let Some(id) = id {
+                back[*id as usize] = dict_id as u32;
+            }
+        }
+        p.frames.clear();
+        p.stacks.map_frames(|f| anyhow::Ok(back[f as usize])).ok()?;
+        Some(StoredProfile::from(p))
+    }
+}
+
+/// Deletes `vm` and everything stored of it, in transaction `w`.
+fn delete_vm(w: &redb::WriteTransaction, vm: u64) -> anyhow::Result<()> {
+    w.open_table(VMS)?.remove(vm)?;
+    w.open_table(SNAPSHOTS)?.remove(vm)?;
+    w.open_table(SEQS)?.remove(vm)?;
+    w.open_table(FRAMES)?
+        .retain_in((vm, 0)..=(vm, u32::MAX), |_, _| false)?;
+    w.open_table(BATCHES)?
+        .retain_in((vm, 0)..=(vm, u64::MAX), |_, _| false)?;
+    w.open_table(ROLLUPS)?
+        .retain_in((vm, 0)..=(vm, u64::MAX), |_, _| false)?;
+    Ok(())
+}
+
+/// One maintenance pass (see [`Store::maintain`]), in one transaction.
+fn maintain(
+    db: &Database,
+    now: u64,
+    retention: Retention,
+    connected: &HashSet<u64>,
+) -> anyhow::Result<Maintained> {
+    let mut done = Maintained::default();
+    let w = db.begin_write()?;
+    {
+        let rollup_before = now.saturating_sub(retention.rollup_after.as_millis() as u64);
+        let mut batches = w.open_table(BATCHES)?;
+        let mut rollups = w.open_table(ROLLUPS)?;
+        let frames = w.open_table(FRAMES)?;
+        // The batches to roll up, by VM and minute.
+        let mut groups: BTreeMap<(u64, u64), Vec<(u64, u64)>> = BTreeMap::new();
+        for e in batches.iter()? {
+            let (k, v) = e?;
+            let time = stored_time(v.value())?;
+            if time >= rollup_before {
+                continue;
+            }
+            if done.rolled_up == MAX_ROLLUP_BATCHES {
+                done.more = true;
+                break;
+            }
+            done.rolled_up += 1;
+            groups
+                .entry((k.value().0, time / MINUTE_MS))
+                .or_default()
+                .push(k.value());
+        }
+        let mut dicts: HashMap<u64, Vec<Frame>> = HashMap::new();
+        for ((vm, minute), keys) in groups {
+            let dict = match dicts.get(&vm) {
+                Some(d) => d.clone(),
+                None => {
+                    let d = dictionary(&frames, vm)?;
+                    dicts.insert(vm, d.clone());
+                    d
+                }
+            };
+            let mut merger = Merger::new(dict);
+            if let Some(old) = rollups.get((vm, minute))? {
+                merger.add(postcard::from_bytes::<Batch>(old.value())?.profile)?;
+            }
+            for key in keys {
+                if let Some(v) = batches.remove(key)? {
+                    merger.add(postcard::from_bytes::<Batch>(v.value())?.profile)?;
+                }
+            }
+            if let Some(profile) = merger.finish_stored() {
+                let bytes = encode(&Batch {
+                    time_unix_ms: minute * MINUTE_MS,
+                    profile,
+                });
+                rollups.insert((vm, minute), bytes.as_slice())?;
+                done.rollups += 1;
+            }
+        }
+        if let Some(keep) = retention.keep {
+            let cutoff = now.saturating_sub(keep.as_millis() as u64);
+            let mut expired = 0;
+            batches.retain(|_, v| {
+                let keep = stored_time(v).is_ok_and(|t| t >= cutoff);
+                expired += usize::from(!keep);
+                keep
+            })?;
+            rollups.retain(|(_, minute), _| {
+                let keep = (minute + 1) * MINUTE_MS > cutoff;
+                expired += usize::from(!keep);
+                keep
+            })?;
+            done.expired = expired;
+            let vms = w.open_table(VMS)?;
+            for e in vms.iter()? {
+                let (k, v) = e?;
+                let record: VmRecord = postcard::from_bytes(v.value())?;
+                if record.last_seen < cutoff && !connected.contains(&k.value()) {
+                    done.removed_vms.push(k.value());
+                }
+            }
+        }
+    }
+    for vm in &done.removed_vms {
+        delete_vm(&w, *vm)?;
+    }
+    w.commit()?;
+    Ok(done)
 }
 
 /// Adds `p`'s samples to `b`, matching metrics by name (missing ones count 0); `p`'s stacks
@@ -426,10 +727,15 @@ fn commit(
         let mut snapshots = w.open_table(SNAPSHOTS)?;
         let mut seqs = w.open_table(SEQS)?;
         let mut frames = w.open_table(FRAMES)?;
+        let mut meta = w.open_table(META)?;
         for write in writes {
             match write {
                 Write::Vm(vm) => {
                     vms.insert(vm.id, encode(&vm).as_slice())?;
+                    let next = meta.get("next_vm_id")?.map_or(1, |v| v.value());
+                    if vm.id >= next {
+                        meta.insert("next_vm_id", vm.id + 1)?;
+                    }
                 }
                 Write::Batch {
                     vm,
@@ -477,6 +783,8 @@ fn commit(
                     snapshots.insert(vm, encode(&snapshot).as_slice())?;
                 }
                 Write::Barrier(tx) => barriers.push(tx),
+                // Run by the writer loop after the commit.
+                Write::Maintain { .. } | Write::DeleteVm { .. } => {}
             }
         }
     }
@@ -489,11 +797,11 @@ fn commit(
 }
 
 #[cfg(test)]
-mod tests {
+mod tests_support {
     use super::*;
     use jvmprof_profile::{Metric, Thread, ThreadState};
 
-    fn batch(frames: &[(&str, &str)], value: u64) -> Profile {
+    pub(super) fn batch(frames: &[(&str, &str)], value: u64) -> Profile {
         let mut b = ProfileBuilder::new(Meta {
             modes: vec!["cpu".into()],
             metrics: vec![Metric::Samples, Metric::Ns],
@@ -513,11 +821,11 @@ mod tests {
         b.finish()
     }
 
-    fn collapsed(p: &Profile) -> String {
+    pub(super) fn collapsed(p: &Profile) -> String {
         jvmprof_profile::collapsed::to_string(p, &Default::default()).unwrap()
     }
 
-    fn open_retrying(dir: &Path) -> Store {
+    pub(super) fn open_retrying(dir: &Path) -> Store {
         // The previous Store's writer thread closes the file once its channel is gone.
         for _ in 0..100 {
             if let Ok(s) = Store::open(dir) {
@@ -527,6 +835,12 @@ mod tests {
         }
         Store::open(dir).unwrap()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::*;
+    use super::*;
 
     #[test]
     fn a_store_in_another_format_is_refused_with_a_message() {
@@ -603,6 +917,145 @@ mod tests {
         let p = store.profile(&vm, 0, u64::MAX).unwrap();
         assert_eq!(p.meta.pid, 42);
         assert_eq!(p.total(1), 150);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[cfg(test)]
+mod retention_tests {
+    use super::tests_support::*;
+    use super::*;
+
+    const MIN: u64 = MINUTE_MS;
+    const DAY: u64 = 1440 * MIN;
+
+    fn rows(store: &Store, table: TableDefinition<(u64, u64), &[u8]>) -> usize {
+        let r = store.db.begin_read().unwrap();
+        r.open_table(table).unwrap().len().unwrap() as usize
+    }
+
+    /// Batches past the rollup age become one profile per VM and minute with the same
+    /// samples; a query over any whole minutes answers as before; data past the retention
+    /// goes, and so do VMs not seen for that long (not connected ones' data); ids are not
+    /// reused after a delete, also across a reopen.
+    #[test]
+    fn rollups_keep_every_sample_and_retention_deletes_old_data_and_vms() {
+        let dir = std::env::temp_dir().join(format!("jvmprof-store-ret-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let now = 100 * DAY;
+        let vm = |id, last_seen| VmRecord {
+            id,
+            pid: id as u32,
+            last_seen,
+            ..VmRecord::default()
+        };
+        let (old, fresh, gone) = (vm(1, now), vm(2, now), vm(3, now - 9 * DAY));
+        let store = Store::open(&dir).unwrap();
+        for v in [&old, &fresh, &gone] {
+            store.put_vm(v.clone());
+        }
+        // VM 1: four batches a minute for 90 minutes, two hours ago, one 8 days ago.
+        let mut seq = 0;
+        let start = now - 2 * 60 * MIN;
+        for m in 0..90 {
+            for q in 0..4 {
+                seq += 1;
+                let frames: &[(&str, &str)] = if q % 2 == 0 {
+                    &[("A", "main"), ("A", "work")]
+                } else {
+                    &[("A", "main"), ("B", "io")]
+                };
+                store.put_batch(1, seq, start + m * MIN + q * 15_000, batch(frames, q + 1));
+            }
+        }
+        store.put_batch(1, seq + 1, now - 8 * DAY, batch(&[("C", "old")], 7));
+        // VM 2: recent batches only; VM 3: last seen 9 days ago.
+        store.put_batch(2, 1, now - 1000, batch(&[("D", "new")], 3));
+        store.put_batch(3, 1, now - 9 * DAY, batch(&[("E", "gone")], 4));
+        rt.block_on(store.barrier());
+        let whole = collapsed(&store.profile(&old, 0, u64::MAX).unwrap());
+        let window = (start + 10 * MIN, start + 40 * MIN - 1);
+        let part = collapsed(&store.profile(&old, window.0, window.1).unwrap());
+        let series: u64 = store
+            .series(1, 0, u64::MAX)
+            .unwrap()
+            .iter()
+            .map(|s| s.1)
+            .sum();
+        assert_eq!(series, 90 * (1 + 2 + 3 + 4) + 7);
+
+        // Rollup only: nothing is lost, queries over whole minutes answer the same.
+        let keep_all = Retention {
+            rollup_after: Duration::from_secs(600),
+            keep: None,
+        };
+        let done = rt
+            .block_on(store.maintain(now, keep_all, HashSet::new()))
+            .unwrap();
+        assert_eq!(done.rolled_up, 90 * 4 + 1 + 1);
+        assert_eq!(done.rollups, 90 + 1 + 1);
+        assert!(done.removed_vms.is_empty() && !done.more);
+        assert_eq!(rows(&store, BATCHES), 1, "VM 2's recent batch stays raw");
+        assert_eq!(collapsed(&store.profile(&old, 0, u64::MAX).unwrap()), whole);
+        assert_eq!(
+            collapsed(&store.profile(&old, window.0, window.1).unwrap()),
+            part
+        );
+        let series = store.series(1, 0, u64::MAX).unwrap();
+        assert_eq!(series.len(), 91, "one point a minute");
+        assert_eq!(series.iter().map(|s| s.1).sum::<u64>(), 90 * 10 + 7);
+        // A second pass has nothing to do.
+        let again = rt
+            .block_on(store.maintain(now, keep_all, HashSet::new()))
+            .unwrap();
+        assert_eq!(again, Maintained::default());
+
+        // A week's retention: the 8-day-old minute goes, VM 3 (not seen for 9 days) goes
+        // with its data; VM 3 would stay if it were connected.
+        let week = Retention {
+            keep: Some(Duration::from_secs(7 * 86_400)),
+            ..keep_all
+        };
+        let done = rt
+            .block_on(store.maintain(now, week, HashSet::from([3])))
+            .unwrap();
+        assert!(done.removed_vms.is_empty());
+        assert_eq!(done.expired, 2, "VM 1's old minute and VM 3's");
+        let done = rt
+            .block_on(store.maintain(now, week, HashSet::new()))
+            .unwrap();
+        assert_eq!(done.removed_vms, vec![3]);
+        assert_eq!(
+            collapsed(&store.profile(&old, 0, u64::MAX).unwrap()),
+            whole.replace("C.old 7\n", "")
+        );
+        assert_eq!(
+            store
+                .vms()
+                .unwrap()
+                .iter()
+                .map(|v| v.id)
+                .collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        // Deleting VM 2 (the highest id) leaves nothing of it, and its id is not given again.
+        rt.block_on(store.delete_vm(2)).unwrap();
+        assert_eq!(rows(&store, BATCHES), 0);
+        assert_eq!(collapsed(&store.profile(&fresh, 0, u64::MAX).unwrap()), "");
+        assert_eq!(store.next_vm_id().unwrap(), 4);
+        rt.block_on(store.delete_vm(1)).unwrap();
+        assert_eq!(rows(&store, ROLLUPS), 0);
+        let r = store.db.begin_read().unwrap();
+        assert_eq!(r.open_table(FRAMES).unwrap().len().unwrap(), 0);
+        drop(r);
+        drop(store);
+        let store = open_retrying(&dir);
+        assert!(store.vms().unwrap().is_empty());
+        assert_eq!(store.next_vm_id().unwrap(), 4);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }

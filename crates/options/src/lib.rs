@@ -674,7 +674,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "ms" => n.checked_mul(1_000_000),
         "s" => n.checked_mul(1_000_000_000),
         "m" => n.checked_mul(60_000_000_000),
-        _ => return Err(format!("'{s}': unknown unit '{unit}' (ns, us, ms, s, m)")),
+        "h" => n.checked_mul(3_600_000_000_000),
+        "d" => n.checked_mul(86_400_000_000_000),
+        _ => {
+            return Err(format!(
+                "'{s}': unknown unit '{unit}' (ns, us, ms, s, m, h, d)"
+            ));
+        }
     }
     .ok_or_else(|| format!("'{s}' is too long"))?;
     Ok(Duration::from_nanos(ns))
@@ -880,6 +886,11 @@ mod tests {
     fn durations() {
         assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(
+            parse_duration("7d").unwrap(),
+            Duration::from_secs(7 * 86_400)
+        );
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
         assert_eq!(parse_duration("1000").unwrap(), Duration::from_nanos(1000));
         assert!(parse_duration("ms").is_err());
     }
