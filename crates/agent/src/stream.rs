@@ -68,6 +68,7 @@ pub type ThreadSnapshot = jvmprof_proto::ThreadDump<Frame>;
 pub struct StreamOptions {
     pub server: String,
     pub token: Option<String>,
+    pub labels: Vec<(String, String)>,
     pub refresh: Duration,
 }
 
@@ -254,6 +255,7 @@ impl Stream {
         };
         let io_shared = shared.clone();
         let server = options.server.clone();
+        let labels = options.labels.clone();
         let spawned = std::thread::Builder::new()
             .name("jvmprof stream".into())
             .spawn(move || {
@@ -261,7 +263,7 @@ impl Stream {
                 io_shared
                     .io_tid
                     .store(jvmprof_jvmti::os::gettid(), Ordering::Relaxed);
-                Connection::new(server, hello, io_shared).run()
+                Connection::new(server, hello, labels, io_shared).run()
             });
         if let Err(e) = spawned {
             eprintln!(
@@ -428,6 +430,7 @@ impl Stream {
 struct Connection {
     server: String,
     hello: Hello,
+    labels: Vec<(String, String)>,
     shared: Arc<Shared>,
     /// An outage was reported on stderr and not yet followed by a connection.
     reported: bool,
@@ -445,10 +448,16 @@ enum Outcome {
 }
 
 impl Connection {
-    fn new(server: String, hello: Hello, shared: Arc<Shared>) -> Connection {
+    fn new(
+        server: String,
+        hello: Hello,
+        labels: Vec<(String, String)>,
+        shared: Arc<Shared>,
+    ) -> Connection {
         Connection {
             server,
             hello,
+            labels,
             shared,
             reported: false,
             refused: None,
@@ -565,6 +574,7 @@ impl Connection {
         let mut enc = Encoder::new();
         let mut out = Vec::new();
         enc.hello(&self.hello, &mut out);
+        enc.labels(&self.labels, &mut out);
         if let Err(e) = sock.write_all(&out) {
             return Outcome::Lost(e.to_string());
         }
@@ -803,6 +813,7 @@ mod tests {
         StreamOptions {
             server,
             token: None,
+            labels: Vec::new(),
             refresh: Duration::from_millis(100),
         }
     }

@@ -233,6 +233,7 @@ impl Writer {
                 StreamOptions {
                     server: server.clone(),
                     token: o.token.clone(),
+                    labels: o.labels.clone(),
                     refresh: o.refresh,
                 },
                 handshake,

@@ -82,6 +82,10 @@ pub struct Args {
         hide_env_values = true
     )]
     pub token: Option<String>,
+    /// A label the collector files this JVM under (KEY:VALUE, e.g. service:checkout; repeat
+    /// for more): its API and UI filter by labels and merge the profiles of matching JVMs.
+    #[arg(long = "label", value_name = "KEY:VALUE", requires = "server")]
+    pub labels: Vec<String>,
     /// Attach to this running JVM instead of launching one.
     #[arg(long, conflicts_with = "command")]
     pub pid: Option<u32>,
@@ -147,6 +151,11 @@ pub fn run(args: Args) -> Result<i32> {
     }
     if let Some(server) = &args.server {
         options.push_str(&format!(",server={server}"));
+    }
+    if !args.labels.is_empty() {
+        let labels = args.labels.join(";");
+        jvmprof_options::parse_labels(&labels).map_err(|e| anyhow!("--label: {e}"))?;
+        options.push_str(&format!(",labels={labels}"));
     }
     if let Some(token) = &args.token {
         let file = work.path.join("token");

@@ -1099,3 +1099,159 @@ fn retention_and_delete_remove_vms_with_their_data() {
     let next_id = wait_connected_in_work(&addr, next.pid());
     assert!(next_id > stays_id.max(brief_id), "{next_id}");
 }
+
+/// Collapsed stacks as a map (stack → count).
+fn stacks(collapsed: &str) -> std::collections::BTreeMap<String, u64> {
+    let mut map = std::collections::BTreeMap::new();
+    for line in collapsed.lines() {
+        let (stack, n) = line.rsplit_once(' ').unwrap();
+        *map.entry(stack.to_string()).or_insert(0) += n.parse::<u64>().unwrap();
+    }
+    map
+}
+
+/// Labels from the agent option, from JVMPROF_LABELS and from `record --label`: the API lists
+/// and filters VMs by them, and merges the profiles of the VMs that match into one that is
+/// exactly the sum of theirs; the web UI filters and shows the merged flame graph.
+#[test]
+fn labels_filter_vms_and_merge_their_profiles() {
+    let _g = serial();
+    let dir = scratch("labels");
+    let c = collector(&dir.join("data"), "127.0.0.1:0", Some(TOKEN));
+    let addr = c.addr.clone();
+    let mut prod = jvm(
+        &format!("server={addr},token={TOKEN},refresh=200ms,labels=service:checkout;env:prod"),
+        3,
+    );
+    let mut test = Proc::spawn(
+        Command::new("java")
+            .env("JVMPROF_LABELS", "service:checkout;env:test")
+            .arg(format!(
+                "-agentpath:{}=server={addr},token={TOKEN},refresh=200ms",
+                agent().display()
+            ))
+            .arg("-cp")
+            .arg(classes())
+            .args(["Service", "3"]),
+    );
+    let mut cart = Proc::spawn(
+        Command::new(jvmprof())
+            .args(["record", "--server", &addr, "--token", TOKEN])
+            .args(["--label", "service:cart", "-o"])
+            .arg(dir.join("cart.collapsed"))
+            .args(["--", "java", "-cp"])
+            .arg(classes())
+            .args(["Service", "3"]),
+    );
+    prod.wait_success();
+    test.wait_success();
+    cart.wait_success();
+    for p in [&prod, &test] {
+        wait_disconnected(&addr, p.pid());
+    }
+    wait_for("the recorded VM to disconnect", || {
+        (vms(&addr).len() == 3 && vms(&addr).iter().all(|v| v["connected"] == false)).then_some(())
+    });
+
+    let pids = |q: &str| -> Vec<u64> {
+        let list: Value = json(&addr, &format!("/api/vms?labels={q}"));
+        let mut p: Vec<u64> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["pid"].as_u64().unwrap())
+            .collect();
+        p.sort();
+        p
+    };
+    let mut checkout = vec![prod.pid(), test.pid()];
+    checkout.sort();
+    assert_eq!(pids("service:checkout"), checkout);
+    assert_eq!(pids("service:checkout;env:prod"), vec![prod.pid()]);
+    assert_eq!(pids("env:prod;service:cart"), Vec::<u64>::new());
+    assert_eq!(pids("service:cart").len(), 1);
+    assert_eq!(pids("").len(), 3);
+    assert_eq!(
+        json(&addr, "/api/labels"),
+        serde_json::json!({"env": ["prod", "test"], "service": ["cart", "checkout"]})
+    );
+    let vm = vm_by_pid(&addr, prod.pid()).unwrap();
+    assert_eq!(
+        vm["labels"],
+        serde_json::json!([["service", "checkout"], ["env", "prod"]])
+    );
+
+    // The merged profile is the sum of the two VMs' profiles, stack by stack.
+    let mut sum = std::collections::BTreeMap::new();
+    for pid in [prod.pid(), test.pid()] {
+        let id = vm_by_pid(&addr, pid).unwrap()["id"].as_u64().unwrap();
+        for (stack, n) in stacks(&collapsed(&addr, id)) {
+            *sum.entry(stack).or_insert(0) += n;
+        }
+    }
+    assert!(sum.values().sum::<u64>() > 0);
+    let merged = get_ok(
+        &addr,
+        "/api/profile?labels=service:checkout&format=collapsed",
+    );
+    assert_eq!(stacks(&String::from_utf8(merged).unwrap()), sum);
+    assert_eq!(
+        get(&addr, "/api/profile?labels=service:none").unwrap().0,
+        404
+    );
+    assert_eq!(get(&addr, "/api/vms?labels=service").unwrap().0, 400);
+    assert_eq!(
+        get_as(&addr, "/api/profile?labels=service:checkout", None)
+            .unwrap()
+            .0,
+        401
+    );
+
+    // The web UI: filter by a label, then the merged flame graph of what it shows.
+    let Some(chromium) = cdp::chromium() else {
+        return;
+    };
+    let mut b = cdp::Browser::start(chromium, &dir.join("chromium"));
+    b.navigate(&format!("http://{addr}/"));
+    b.wait(
+        "the page to ask for the token",
+        "!document.getElementById('login').hidden",
+    );
+    b.eval("document.getElementById('token').focus()");
+    b.call("Input.insertText", serde_json::json!({ "text": TOKEN }));
+    b.click("#login button");
+    b.wait(
+        "three VMs listed",
+        "document.querySelectorAll('#vms tr.row').length === 3",
+    );
+    b.eval("document.getElementById('labels').focus()");
+    b.call(
+        "Input.insertText",
+        serde_json::json!({ "text": "service:checkout" }),
+    );
+    b.click("#filter button[type=submit]");
+    b.wait(
+        "the two checkout VMs listed",
+        "document.querySelectorAll('#vms tr.row').length === 2",
+    );
+    let shown = b.eval("document.getElementById('vms').textContent");
+    assert!(shown.as_str().unwrap().contains("env:test"), "{shown}");
+    b.click("#merged");
+    b.wait(
+        "the merged flame graph in the frame",
+        "document.getElementById('flame').dataset.src.startsWith('/api/profile') && \
+         document.getElementById('flame').src.startsWith('blob:') && \
+         document.getElementById('flame').contentDocument.getElementById('title').textContent",
+    );
+    assert_eq!(
+        b.eval("document.getElementById('flame').dataset.src")
+            .as_str()
+            .unwrap(),
+        "/api/profile?labels=service%3Acheckout&format=html"
+    );
+    let title = b.eval("document.getElementById('flame-title').textContent");
+    assert_eq!(
+        title.as_str().unwrap(),
+        "2 VMs labelled service:checkout, everything"
+    );
+}

@@ -6,6 +6,10 @@
 //! - `GET /api/vms/{id}/profile?format=collapsed|pprof|html|speedscope|dot|jvmprof&from=&to=`:
 //!   the VM's samples received in `[from, to]` (Unix ms; default everything) merged into one
 //!   profile, written by jvmprof_profile's exporters; `download=1` makes it an attachment.
+//! - `GET /api/vms?labels=service:checkout;env:prod`: only the VMs with all those labels.
+//! - `GET /api/labels`: `{key: [values]}` over all VMs.
+//! - `GET /api/profile?labels=...&format=&from=&to=`: the samples of every VM with those labels
+//!   merged into one profile (a service's profile over a time range); 404 when none has any.
 //! - `DELETE /api/vms/{id}`: deletes a VM that is not connected with all its data (204; 409
 //!   while it is connected, 404 for an unknown id). Ids are never reused.
 //! - `GET /api/stats`: ingest counters since start (connections, bytes, snapshots, samples, ...).
@@ -55,6 +59,8 @@ pub fn router(hub: Arc<Hub>) -> Router {
     Router::new()
         .route("/", get(|| async { Html(INDEX) }))
         .route("/api/vms", get(vms))
+        .route("/api/labels", get(labels))
+        .route("/api/profile", get(merged_profile))
         .route("/api/stats", get(stats))
         .route("/api/vms/{id}", axum::routing::delete(delete_vm))
         .route("/api/vms/{id}/threads", get(threads))
@@ -114,11 +120,34 @@ async fn stats(State(hub): State<Arc<Hub>>) -> Response {
     Json(serde_json::to_value(&hub.stats).unwrap_or_default()).into_response()
 }
 
-async fn vms(State(hub): State<Arc<Hub>>) -> Response {
+#[derive(Deserialize)]
+struct LabelQuery {
+    labels: Option<String>,
+}
+
+/// `service:checkout;env:prod` as (key, value) pairs.
+fn parse_labels(text: &str) -> Result<Vec<(String, String)>, String> {
+    text.split(';')
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+        .map(|item| {
+            item.split_once(':')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .ok_or_else(|| format!("label '{item}' is not KEY:VALUE"))
+        })
+        .collect()
+}
+
+async fn vms(State(hub): State<Arc<Hub>>, Query(q): Query<LabelQuery>) -> Response {
+    let wanted = match parse_labels(q.labels.as_deref().unwrap_or("")) {
+        Ok(l) => l,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
     let list: Vec<serde_json::Value> = hub
         .vms
         .list()
         .into_iter()
+        .filter(|v| v.record.has_labels(&wanted))
         .map(|v| {
             let id = v.record.id;
             let mut j = serde_json::to_value(v).unwrap_or_default();
@@ -129,6 +158,106 @@ async fn vms(State(hub): State<Arc<Hub>>) -> Response {
         })
         .collect();
     Json(list).into_response()
+}
+
+async fn labels(State(hub): State<Arc<Hub>>) -> Response {
+    let mut all: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for v in hub.vms.list() {
+        for (k, val) in v.record.labels {
+            all.entry(k).or_default().insert(val);
+        }
+    }
+    Json(all).into_response()
+}
+
+#[derive(Deserialize)]
+struct MergedQuery {
+    labels: Option<String>,
+    format: Option<String>,
+    from: Option<u64>,
+    to: Option<u64>,
+    download: Option<String>,
+}
+
+async fn merged_profile(State(hub): State<Arc<Hub>>, Query(q): Query<MergedQuery>) -> Response {
+    let text = q.labels.unwrap_or_default();
+    let wanted = match parse_labels(&text) {
+        Ok(l) => l,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let vms: Vec<_> = hub
+        .vms
+        .list()
+        .into_iter()
+        .map(|v| v.record)
+        .filter(|r| r.has_labels(&wanted))
+        .collect();
+    let format = match output_format(q.format) {
+        Ok(f) => f,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let (from, to) = (q.from.unwrap_or(0), q.to.unwrap_or(u64::MAX));
+    let store = hub.store.clone();
+    let result = tokio::task::spawn_blocking(move || -> anyhow::Result<Option<Vec<u8>>> {
+        let Some(p) = store.merged_profile(&vms, from, to)? else {
+            return Ok(None);
+        };
+        Ok(Some(render(&p, format)?))
+    })
+    .await;
+    match result {
+        Ok(Ok(Some(bytes))) => {
+            let name = if text.is_empty() {
+                "all".to_string()
+            } else {
+                text.replace([':', ';', '/', '"', ' '], "_")
+            };
+            respond(bytes, format, q.download.is_some(), &name)
+        }
+        Ok(Ok(None)) => error(
+            StatusCode::NOT_FOUND,
+            format!("no VM with labels '{text}' has samples in that range"),
+        ),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// The format a profile request names (`None` for dot), or why it is refused.
+fn output_format(name: Option<String>) -> Result<Option<Format>, String> {
+    let name = name.unwrap_or_else(|| "collapsed".into());
+    if name == "dot" {
+        return Ok(None);
+    }
+    Format::parse(&name)
+        .map(Some)
+        .map_err(|e| format!("{e}; or dot for a call graph"))
+}
+
+fn render(p: &jvmprof_profile::Profile, format: Option<Format>) -> anyhow::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    match format {
+        Some(f) => jvmprof_profile::write(p, f, &ExportOptions::default(), &mut bytes)?,
+        None => jvmprof_profile::dot::write(p, &Default::default(), &mut bytes)?,
+    }
+    Ok(bytes)
+}
+
+/// A rendered profile with its content type (an attachment named `NAME.EXT` if `download`).
+fn respond(bytes: Vec<u8>, format: Option<Format>, download: bool, name: &str) -> Response {
+    let (ctype, ext) = match format {
+        None => ("text/vnd.graphviz; charset=utf-8", "dot"),
+        Some(Format::Collapsed) => ("text/plain; charset=utf-8", "collapsed"),
+        Some(Format::Html) => ("text/html; charset=utf-8", "html"),
+        Some(Format::Speedscope) => ("application/json", "speedscope.json"),
+        Some(f) => ("application/octet-stream", f.extension()),
+    };
+    let mut resp = ([(header::CONTENT_TYPE, ctype.to_string())], bytes).into_response();
+    if download && let Ok(v) = format!("attachment; filename=\"{name}.{ext}\"").parse() {
+        resp.headers_mut().insert(header::CONTENT_DISPOSITION, v);
+    }
+    resp
 }
 
 /// Largest heap dump accepted by upload.
@@ -433,51 +562,21 @@ async fn profile(
     let Some(vm) = hub.vms.record(id) else {
         return error(StatusCode::NOT_FOUND, format!("no VM {id}"));
     };
-    let name = q.format.unwrap_or_else(|| "collapsed".into());
-    let format = if name == "dot" {
-        None
-    } else {
-        match Format::parse(&name) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    format!("{e}; or dot for a call graph"),
-                );
-            }
-        }
+    let format = match output_format(q.format) {
+        Ok(f) => f,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
     let (from, to) = (q.from.unwrap_or(0), q.to.unwrap_or(u64::MAX));
     let store = hub.store.clone();
     let result = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<u8>> {
-        let p = store.profile(&vm, from, to)?;
-        let mut bytes = Vec::new();
-        match format {
-            Some(f) => jvmprof_profile::write(&p, f, &ExportOptions::default(), &mut bytes)?,
-            None => jvmprof_profile::dot::write(&p, &Default::default(), &mut bytes)?,
-        }
-        Ok(bytes)
+        render(&store.profile(&vm, from, to)?, format)
     })
     .await;
-    let bytes = match result {
-        Ok(Ok(b)) => b,
-        Ok(Err(e)) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    };
-    let (ctype, ext) = match format {
-        None => ("text/vnd.graphviz; charset=utf-8", "dot"),
-        Some(Format::Collapsed) => ("text/plain; charset=utf-8", "collapsed"),
-        Some(Format::Html) => ("text/html; charset=utf-8", "html"),
-        Some(Format::Speedscope) => ("application/json", "speedscope.json"),
-        Some(f) => ("application/octet-stream", f.extension()),
-    };
-    let mut resp = ([(header::CONTENT_TYPE, ctype.to_string())], bytes).into_response();
-    if q.download.is_some()
-        && let Ok(v) = format!("attachment; filename=\"vm-{id}.{ext}\"").parse()
-    {
-        resp.headers_mut().insert(header::CONTENT_DISPOSITION, v);
+    match result {
+        Ok(Ok(bytes)) => respond(bytes, format, q.download.is_some(), &format!("vm-{id}")),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
-    resp
 }
 
 #[cfg(test)]

@@ -604,6 +604,11 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
                         hub.store.put_vm(r);
                     }
                 }
+                (Event::Labels(labels), Some(id)) => {
+                    if let Some(r) = hub.vms.update(id, |r| r.labels = labels) {
+                        hub.store.put_vm(r);
+                    }
+                }
                 (Event::Bye, _) => break 'conn None,
                 // The decoder only yields other events after a Hello.
                 (_, None) => break 'conn Some("data before the handshake".into()),

@@ -63,6 +63,63 @@ pub struct VmRecord {
     pub dropped_snapshots: u64,
     pub dropped_sample_batches: u64,
     pub dropped_samples: u64,
+    /// The labels the agent sent (`service` = `checkout`, ...), in its order.
+    pub labels: Vec<(String, String)>,
+}
+
+impl VmRecord {
+    /// Whether the VM has every one of `wanted` (KEY, VALUE) labels.
+    pub fn has_labels(&self, wanted: &[(String, String)]) -> bool {
+        wanted.iter().all(|w| self.labels.contains(w))
+    }
+}
+
+/// A VM record as collectors before labels stored it (postcard is positional: the record
+/// without its last field).
+#[derive(Deserialize)]
+struct VmRecordWithoutLabels {
+    id: u64,
+    pid: u32,
+    command: String,
+    host: String,
+    jvm: String,
+    os: String,
+    agent_version: String,
+    start_unix_ms: u64,
+    connected_at: u64,
+    last_seen: u64,
+    dropped_snapshots: u64,
+    dropped_sample_batches: u64,
+    dropped_samples: u64,
+}
+
+/// A stored VM record, in the current layout or the one before labels.
+fn decode_vm(bytes: &[u8]) -> anyhow::Result<VmRecord> {
+    if let Ok((vm, [])) = postcard::take_from_bytes::<VmRecord>(bytes) {
+        return Ok(vm);
+    }
+    let (o, rest) = postcard::take_from_bytes::<VmRecordWithoutLabels>(bytes)?;
+    anyhow::ensure!(
+        rest.is_empty(),
+        "a stored VM record has {} bytes too many",
+        rest.len()
+    );
+    Ok(VmRecord {
+        id: o.id,
+        pid: o.pid,
+        command: o.command,
+        host: o.host,
+        jvm: o.jvm,
+        os: o.os,
+        agent_version: o.agent_version,
+        start_unix_ms: o.start_unix_ms,
+        connected_at: o.connected_at,
+        last_seen: o.last_seen,
+        dropped_snapshots: o.dropped_snapshots,
+        dropped_sample_batches: o.dropped_sample_batches,
+        dropped_samples: o.dropped_samples,
+        labels: Vec::new(),
+    })
 }
 
 /// A stored sample batch.
@@ -410,7 +467,7 @@ impl Store {
         let t = r.open_table(VMS)?;
         let mut out = Vec::new();
         for e in t.iter()? {
-            out.push(postcard::from_bytes(e?.1.value())?);
+            out.push(decode_vm(e?.1.value())?);
         }
         Ok(out)
     }
@@ -483,8 +540,63 @@ impl Store {
         meta.dropped_samples = vm.dropped_samples;
         meta.extra.insert("host".into(), vm.host.clone());
         meta.extra.insert("vm_id".into(), vm.id.to_string());
+        for (k, v) in &vm.labels {
+            meta.extra.insert(format!("label.{k}"), v.clone());
+        }
         Ok(b.finish())
     }
+
+    /// The samples of all `vms` in `[from, to]` merged into one profile (a service's profile:
+    /// the VMs that share a label), or `None` when none of them has samples there.
+    pub fn merged_profile(
+        &self,
+        vms: &[VmRecord],
+        from: u64,
+        to: u64,
+    ) -> anyhow::Result<Option<Profile>> {
+        let mut profiles = Vec::new();
+        let (mut first, mut last) = (u64::MAX, 0);
+        for vm in vms {
+            let p = self.profile(vm, from, to)?;
+            if p.samples.is_empty() {
+                continue;
+            }
+            first = first.min(p.meta.start_unix_ms);
+            last = last.max(p.meta.start_unix_ms + p.meta.duration_ms);
+            profiles.push(p);
+        }
+        let Some(mut b) = merge_profiles(profiles) else {
+            return Ok(None);
+        };
+        let meta = b.meta_mut();
+        meta.start_unix_ms = first;
+        meta.duration_ms = last.saturating_sub(first);
+        meta.engine = "collector".into();
+        meta.command = format!("{} VMs", vms.len());
+        let ids: Vec<String> = vms.iter().map(|v| v.id.to_string()).collect();
+        meta.extra.insert("vm_ids".into(), ids.join(","));
+        Ok(Some(b.finish()))
+    }
+}
+
+/// Merges whole profiles (of different VMs: frames matched by value, metrics by name) into one.
+pub fn merge_profiles(profiles: Vec<Profile>) -> Option<ProfileBuilder> {
+    let mut merged: Option<ProfileBuilder> = None;
+    for mut p in profiles {
+        let b = merged.get_or_insert_with(|| {
+            ProfileBuilder::new(Meta {
+                modes: p.meta.modes.clone(),
+                metrics: p.meta.metrics.clone(),
+                interval_ns: p.meta.interval_ns,
+                ..Meta::default()
+            })
+        });
+        let ids: Vec<u32> = p.frames.iter().map(|f| b.frame(f.clone())).collect();
+        if p.stacks.map_frames(|f| anyhow::Ok(ids[f as usize])).is_ok() {
+            merge_stacks(b, &p);
+        }
+    }
+    merged
 }
 
 /// The frame dictionary of `vm`: index = dictionary id.
@@ -676,7 +788,7 @@ fn maintain(
             let vms = w.open_table(VMS)?;
             for e in vms.iter()? {
                 let (k, v) = e?;
-                let record: VmRecord = postcard::from_bytes(v.value())?;
+                let record = decode_vm(v.value())?;
                 if record.last_seen < cutoff && !connected.contains(&k.value()) {
                     done.removed_vms.push(k.value());
                 }
@@ -870,6 +982,54 @@ mod tests {
         // Nothing was changed: refused again, the same way.
         assert_eq!(Store::open(&dir).err().unwrap().to_string(), e.to_string());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn vm_records_from_before_labels_are_read() {
+        #[derive(Serialize)]
+        struct Old(
+            u64,
+            u32,
+            String,
+            String,
+            String,
+            String,
+            String,
+            u64,
+            u64,
+            u64,
+            u64,
+            u64,
+            u64,
+        );
+        let old = encode(&Old(
+            7,
+            42,
+            "java Main".into(),
+            "h".into(),
+            "17".into(),
+            "Linux".into(),
+            "0.1".into(),
+            1,
+            2,
+            3,
+            4,
+            5,
+            6,
+        ));
+        let vm = decode_vm(&old).unwrap();
+        assert_eq!(
+            (vm.id, vm.pid, vm.last_seen, vm.dropped_samples),
+            (7, 42, 3, 6)
+        );
+        assert_eq!(vm.command, "java Main");
+        assert!(vm.labels.is_empty());
+        let new = VmRecord {
+            labels: vec![("service".into(), "a".into())],
+            ..vm.clone()
+        };
+        assert_eq!(decode_vm(&encode(&new)).unwrap(), new);
+        assert!(decode_vm(&old[..old.len() - 1]).is_err());
     }
 
     #[test]

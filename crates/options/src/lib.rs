@@ -126,6 +126,9 @@ pub struct Options {
     pub server: Option<String>,
     /// Token the collector expects.
     pub token: Option<String>,
+    /// The VM's labels for the collector (`labels=service:checkout;env:prod`, else
+    /// `JVMPROF_LABELS` from the environment).
+    pub labels: Vec<(String, String)>,
     /// How often thread snapshots are streamed.
     pub refresh: Duration,
     /// Rewrite `file` this often with everything so far (exact trees merged first), so the
@@ -322,7 +325,7 @@ pub fn process_start_ticks(pid: u32) -> Option<u64> {
     fields.get(19)?.parse().ok()
 }
 
-pub const KNOWN_KEYS: &str = "mode, interval, alloc_interval, live, lock_threshold, file, format, value, threads, depth, engine, cpu_engine, recover_walks, duration, status, flush, server, token, token_file, refresh, owner, owner_file, log, hprof_on_oom, hprof_on_exit, stop, reply, query, dump, heap, include, exclude, bba, max_nodes";
+pub const KNOWN_KEYS: &str = "mode, interval, alloc_interval, live, lock_threshold, file, format, value, threads, depth, engine, cpu_engine, recover_walks, duration, status, flush, server, token, token_file, labels, refresh, owner, owner_file, log, hprof_on_oom, hprof_on_exit, stop, reply, query, dump, heap, include, exclude, bba, max_nodes";
 
 /// A file name with `%p` replaced by `pid`, `%t` by the time `unix_secs` as `YYYYMMDD-hhmmss`
 /// (UTC) and `%%` by `%`, as async-profiler names its files; other `%` stay as they are.
@@ -427,6 +430,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
         status: None,
         server: None,
         token: None,
+        labels: Vec::new(),
         refresh: Duration::from_secs(1),
         flush: None,
         owner: None,
@@ -489,6 +493,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
             "server" => o.server = Some(need()?.to_string()),
             "token" => o.token = Some(need()?.to_string()),
             "token_file" => o.token = Some(read_token(Path::new(need()?))?),
+            "labels" => o.labels = parse_labels(need()?)?,
             "refresh" => {
                 o.refresh = parse_duration(need()?)?;
                 // At most a minute: a snapshot is also what keeps the connection alive (the
@@ -603,6 +608,12 @@ pub fn parse(text: &str) -> Result<Command, String> {
             .map(|t| t.trim().to_string())
             .filter(|t| !t.is_empty());
     }
+    if o.server.is_some()
+        && o.labels.is_empty()
+        && let Ok(text) = std::env::var("JVMPROF_LABELS")
+    {
+        o.labels = parse_labels(&text).map_err(|e| format!("JVMPROF_LABELS: {e}"))?;
+    }
     if o.file.is_none() && o.server.is_none() {
         o.file = Some(PathBuf::from(format!(
             "jvmprof-{}.jvmprof",
@@ -614,6 +625,42 @@ pub fn parse(text: &str) -> Result<Command, String> {
 
 /// A class pattern: a binary name with dots, `*` matching any run of characters
 /// (`java.util.*`, `com.acme.*Service`, `Foo`).
+/// `service:checkout;env:prod` (pairs separated by `;`, key and value by `:`): the labels a
+/// VM is filed under at the collector. Keys are letters, digits, `_`, `.` and `-`, up to 64
+/// bytes; values up to 256 bytes without `,` or `;`; at most 32 labels, each key once.
+pub fn parse_labels(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut labels: Vec<(String, String)> = Vec::new();
+    for item in text.split(';').map(str::trim).filter(|i| !i.is_empty()) {
+        let (k, v) = item
+            .split_once(':')
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+            .ok_or_else(|| format!("label '{item}' is not KEY:VALUE"))?;
+        if k.len() > 64
+            || !k
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+        {
+            return Err(format!(
+                "label key '{k}': letters, digits, '_', '.' and '-', at most 64"
+            ));
+        }
+        if v.len() > 256 || v.contains(',') {
+            return Err(format!(
+                "label value '{v}': at most 256 bytes, no ',' or ';'"
+            ));
+        }
+        if labels.iter().any(|(key, _)| key == k) {
+            return Err(format!("label '{k}' is given twice"));
+        }
+        labels.push((k.to_string(), v.to_string()));
+    }
+    if labels.len() > 32 {
+        return Err(format!("{} labels (at most 32)", labels.len()));
+    }
+    Ok(labels)
+}
+
 /// The collector token kept in `path` (its first line; surrounding blanks ignored).
 fn read_token(path: &Path) -> Result<String, String> {
     let text = std::fs::read_to_string(path)
@@ -757,6 +804,25 @@ mod tests {
             assert!(e.contains("between 10ms and 60s"), "{bad}: {e}");
         }
         assert_eq!(s.token.as_deref(), Some("abc"));
+        let l = start("server=h:1,labels=service:checkout; env:prod ;");
+        let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(
+            l.labels,
+            vec![pair("service", "checkout"), pair("env", "prod")]
+        );
+        assert_eq!(
+            start("server=h:1,labels=url:http://x:8080/a").labels,
+            vec![pair("url", "http://x:8080/a")]
+        );
+        for (bad, why) in [
+            ("labels=service", "not KEY:VALUE"),
+            ("labels=a b:c", "label key 'a b'"),
+            ("labels=a:1;a:2", "given twice"),
+            ("labels=:x", "not KEY:VALUE"),
+        ] {
+            let e = parse(&format!("server=h:1,{bad}")).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
         let dir = std::env::temp_dir().join(format!("jvmprof-opt-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let tf = dir.join("t");

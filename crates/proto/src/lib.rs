@@ -16,7 +16,10 @@ use jvmprof_profile::{Frame, Meta, Metric, Profile, ProfileBuilder, Thread, Thre
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt;
-pub use wire::{Hello, MAGIC, MAX_FRAME, Message, Reply, VERSION};
+pub use wire::{
+    Hello, MAGIC, MAX_FRAME, MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS, MIN_VERSION, Message,
+    Reply, VERSION,
+};
 use wire::{
     WireFrame, WireSample, WireThread, WireThreadState, decode_payload, kind_code, kind_from,
     put_frame, state_code, state_from, take_frame,
@@ -97,6 +100,13 @@ impl Encoder {
     pub fn hello(&mut self, hello: &Hello, out: &mut Vec<u8>) {
         out.extend_from_slice(&MAGIC);
         put_frame(&Message::Hello(hello.clone()), out);
+    }
+
+    /// The VM's labels, sent right after the Hello (nothing when there are none).
+    pub fn labels(&mut self, labels: &[(String, String)], out: &mut Vec<u8>) {
+        if !labels.is_empty() {
+            put_frame(&Message::Labels(labels.to_vec()), out);
+        }
     }
 
     fn string(&mut self, s: &str) -> u32 {
@@ -237,6 +247,7 @@ pub enum Event {
         samples: u64,
     },
     Bye,
+    Labels(Vec<(String, String)>),
 }
 
 /// A protocol violation: what is wrong, and in which message of the connection.
@@ -425,9 +436,9 @@ impl Decoder {
                 if self.hello {
                     return Err("a second Hello".into());
                 }
-                if h.version != VERSION {
+                if !(MIN_VERSION..=VERSION).contains(&h.version) {
                     return Err(format!(
-                        "protocol version {} not supported (this collector speaks version {VERSION})",
+                        "protocol version {} not supported (this collector speaks versions {MIN_VERSION} to {VERSION})",
                         h.version
                     ));
                 }
@@ -546,6 +557,19 @@ impl Decoder {
                 }));
             }
             Message::Bye => return Ok(Some(Event::Bye)),
+            Message::Labels(labels) => {
+                if labels.len() > MAX_LABELS {
+                    return Err(format!("{} labels (at most {MAX_LABELS})", labels.len()));
+                }
+                for (k, v) in &labels {
+                    if k.is_empty() || k.len() > MAX_LABEL_KEY || v.len() > MAX_LABEL_VALUE {
+                        return Err(format!(
+                            "label '{k}': keys are 1 to {MAX_LABEL_KEY} bytes, values at most {MAX_LABEL_VALUE}"
+                        ));
+                    }
+                }
+                return Ok(Some(Event::Labels(labels)));
+            }
         }
         Ok(None)
     }

@@ -212,7 +212,7 @@ fn errors_name_what_is_wrong() {
     );
     assert_eq!(
         err(&out),
-        "message 1 (Hello): protocol version 99 not supported (this collector speaks version 1)"
+        "message 1 (Hello): protocol version 99 not supported (this collector speaks versions 1 to 2)"
     );
     // A stack that refers to a frame never defined.
     let mut e = Encoder::new();
@@ -291,5 +291,58 @@ proptest! {
                 "{}", s
             );
         }
+    }
+}
+
+#[test]
+fn labels_follow_the_hello_and_version_1_agents_are_still_accepted() {
+    let labels = vec![
+        ("service".to_string(), "checkout".to_string()),
+        ("env".to_string(), "prod".to_string()),
+    ];
+    let mut e = Encoder::new();
+    let mut out = Vec::new();
+    e.hello(&hello(), &mut out);
+    e.labels(&labels, &mut out);
+    put_frame(&Message::Bye, &mut out);
+    let events = decode_all(&out, 3).unwrap();
+    assert_eq!(
+        events,
+        vec![Event::Hello(hello()), Event::Labels(labels), Event::Bye]
+    );
+    // No labels, no message.
+    let mut out = Vec::new();
+    Encoder::new().labels(&[], &mut out);
+    assert!(out.is_empty());
+    // An agent of version 1 (no labels) is accepted.
+    let mut out = MAGIC.to_vec();
+    let v1 = Hello {
+        version: 1,
+        ..hello()
+    };
+    put_frame(&Message::Hello(v1.clone()), &mut out);
+    assert_eq!(decode_all(&out, 5).unwrap(), vec![Event::Hello(v1)]);
+    // Too many labels, or too long, are refused by name.
+    for (bad, why) in [
+        (
+            (0..33)
+                .map(|i| (format!("k{i}"), "v".to_string()))
+                .collect::<Vec<_>>(),
+            "33 labels (at most 32)",
+        ),
+        (
+            vec![("k".to_string(), "v".repeat(257))],
+            "label 'k': keys are 1 to 64 bytes, values at most 256",
+        ),
+        (
+            vec![(String::new(), "v".to_string())],
+            "label '': keys are 1 to 64 bytes, values at most 256",
+        ),
+    ] {
+        let mut out = Vec::new();
+        Encoder::new().hello(&hello(), &mut out);
+        put_frame(&Message::Labels(bad), &mut out);
+        let e = decode_all(&out, 64).unwrap_err().to_string();
+        assert_eq!(e, format!("message 2 (Labels): {why}"));
     }
 }

@@ -9,7 +9,14 @@ use serde::{Deserialize, Serialize};
 /// not an agent (the collector serves HTTP there).
 pub const MAGIC: [u8; 4] = *b"JVMP";
 /// The protocol version this crate speaks; the collector rejects other versions by name.
-pub const VERSION: u16 = 1;
+/// Version 2 added [`Message::Labels`]; a version 1 agent (which never sends it) is accepted.
+pub const VERSION: u16 = 2;
+/// The oldest version the decoder accepts.
+pub const MIN_VERSION: u16 = 1;
+/// Most labels an agent may send, and the longest key and value (bytes).
+pub const MAX_LABELS: usize = 32;
+pub const MAX_LABEL_KEY: usize = 64;
+pub const MAX_LABEL_VALUE: usize = 256;
 /// The largest frame either side accepts.
 pub const MAX_FRAME: usize = 16 << 20;
 
@@ -116,6 +123,9 @@ pub enum Message {
     },
     /// The agent is done (the JVM exits or profiling stopped).
     Bye,
+    /// The VM's labels (`service` = `checkout`, ...), right after the Hello when it has any
+    /// (version 2; appended last so every earlier message keeps its encoding).
+    Labels(Vec<(String, String)>),
 }
 
 impl Message {
@@ -131,6 +141,7 @@ impl Message {
             Message::Snapshot { .. } => "Snapshot",
             Message::Dropped { .. } => "Dropped",
             Message::Bye => "Bye",
+            Message::Labels(_) => "Labels",
         }
     }
 }
