@@ -22,6 +22,14 @@ pub struct Args {
     /// long ranges read minutes (time ranges in older data are then whole minutes).
     #[arg(long, value_parser = duration, default_value = "10m")]
     pub rollup_after: std::time::Duration,
+    /// Keep everything in ClickHouse instead of --data: clickhouse://HOST:PORT/DB (its HTTP
+    /// port). Collectors sharing one database serve every VM's data.
+    #[arg(long, value_name = "clickhouse://HOST:PORT/DB", value_parser = clickhouse)]
+    pub store: Option<jvmprof_collector::clickhouse::Location>,
+}
+
+fn clickhouse(s: &str) -> Result<jvmprof_collector::clickhouse::Location, String> {
+    jvmprof_collector::clickhouse::Location::parse(s)
 }
 
 fn duration(s: &str) -> Result<std::time::Duration, String> {
@@ -37,6 +45,7 @@ pub fn run(args: Args) -> Result<i32> {
             rollup_after: args.rollup_after,
             keep: args.retention,
         },
+        clickhouse: args.store,
     })?;
     Ok(0)
 }

@@ -7,6 +7,7 @@
 //! fixed time: every wait polls for a condition with a generous deadline.
 
 mod cdp;
+mod clickhouse_server;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -133,15 +134,21 @@ struct Collector {
 }
 
 fn collector(data: &Path, listen: &str, token: Option<&str>) -> Collector {
+    let mut extra = Vec::new();
+    if let Some(t) = token {
+        extra.extend(["--token", t]);
+    }
+    collector_with(data, listen, &extra)
+}
+
+fn collector_with(data: &Path, listen: &str, extra: &[&str]) -> Collector {
     let mut cmd = Command::new(jvmprof());
     cmd.arg("serve")
         .arg("--listen")
         .arg(listen)
         .arg("--data")
-        .arg(data);
-    if let Some(t) = token {
-        cmd.arg("--token").arg(t);
-    }
+        .arg(data)
+        .args(extra);
     let proc = Proc::spawn(&mut cmd);
     let addr = wait_for("the collector to listen", || {
         let err = proc.stderr();
@@ -1254,4 +1261,98 @@ fn labels_filter_vms_and_merge_their_profiles() {
         title.as_str().unwrap(),
         "2 VMs labelled service:checkout, everything"
     );
+}
+
+/// Two collectors on one private ClickHouse server: each serves every VM's profile, the same
+/// to the sample, also one restarted with an empty disk; the merged profile of a label reads
+/// across them; retention drops a day's partition that is older than it.
+#[test]
+fn two_collectors_share_one_clickhouse() {
+    let _g = serial();
+    if !clickhouse_server::installed() {
+        return;
+    }
+    let dir = scratch("clickhouse");
+    let ch = clickhouse_server::Server::start(&dir.join("clickhouse"));
+    let store = format!("clickhouse://{}/jvmprof_test", ch.http);
+    let start = |name: &str, extra: &[&str]| {
+        let mut args = vec!["--store", store.as_str(), "--token", TOKEN];
+        args.extend(extra);
+        collector_with(&dir.join(name), "127.0.0.1:0", &args)
+    };
+    let a = start("a", &[]);
+    let b = start("b", &[]);
+    let mut one = jvm(
+        &format!(
+            "server={},token={TOKEN},refresh=200ms,labels=service:checkout",
+            a.addr
+        ),
+        3,
+    );
+    let mut two = jvm(
+        &format!(
+            "server={},token={TOKEN},refresh=200ms,labels=service:cart",
+            b.addr
+        ),
+        3,
+    );
+    one.wait_success();
+    two.wait_success();
+    let one_id = wait_disconnected(&a.addr, one.pid());
+    let two_id = wait_disconnected(&b.addr, two.pid());
+    assert_ne!(one_id, two_id);
+
+    // Each collector lists both VMs and serves both profiles, identically.
+    let profiles = |addr: &str| {
+        wait_for("both VMs at the collector", || {
+            (vm_by_pid(addr, one.pid()).is_some() && vm_by_pid(addr, two.pid()).is_some())
+                .then_some(())
+        });
+        (
+            stacks(&collapsed(addr, one_id)),
+            stacks(&collapsed(addr, two_id)),
+        )
+    };
+    let (one_a, two_a) = profiles(&a.addr);
+    assert!(one_a.values().sum::<u64>() > 0 && two_a.values().sum::<u64>() > 0);
+    assert!(
+        one_a.keys().any(|s| s.contains("Service.work")),
+        "{one_a:?}"
+    );
+    assert_eq!(profiles(&b.addr), (one_a.clone(), two_a.clone()));
+    let merged = get_ok(
+        &b.addr,
+        "/api/profile?labels=service:checkout&format=collapsed",
+    );
+    assert_eq!(stacks(&String::from_utf8(merged).unwrap()), one_a);
+    let vm = vm_by_pid(&b.addr, one.pid()).unwrap();
+    assert_eq!(vm["labels"], serde_json::json!([["service", "checkout"]]));
+
+    // A restarted with an empty disk loses nothing.
+    drop(a);
+    std::fs::remove_dir_all(dir.join("a")).unwrap();
+    let a = start("a", &[]);
+    assert_eq!(profiles(&a.addr), (one_a.clone(), two_a.clone()));
+    assert!(
+        !dir.join("a/collector.redb").exists(),
+        "nothing is kept locally"
+    );
+
+    // Retention drops whole days: a copy of VM one's samples ten days back goes, the rest
+    // (newer than the retention) stays.
+    let db = "jvmprof_test";
+    ch.query(&format!(
+        "INSERT INTO {db}.samples SELECT day - 10, time_ms - 864000000, vm, stack, tid, thread, \
+         state, values FROM {db}.samples WHERE vm = {one_id}"
+    ))
+    .expect("the copy was inserted");
+    let doubled: u64 = stacks(&collapsed(&a.addr, one_id)).values().sum();
+    assert_eq!(doubled, 2 * one_a.values().sum::<u64>());
+    drop(b);
+    let b = start("b", &["--retention", "7d"]);
+    wait_for("the old partition to be dropped", || {
+        (stacks(&collapsed(&b.addr, one_id)) == one_a).then_some(())
+    });
+    assert_eq!(stacks(&collapsed(&b.addr, two_id)), two_a);
+    drop(a);
 }

@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod analysis;
+pub mod clickhouse;
 pub mod heaps;
 pub mod http;
 pub mod store;
@@ -54,6 +55,8 @@ pub struct Config {
     pub token: Option<String>,
     /// What the store keeps and for how long.
     pub retention: store::Retention,
+    /// A ClickHouse database to keep everything in instead of `data` (shared by collectors).
+    pub clickhouse: Option<clickhouse::Location>,
 }
 
 pub fn now_ms() -> u64 {
@@ -124,6 +127,7 @@ impl Registry {
     fn connect(
         &self,
         h: &jvmprof_proto::Hello,
+        store: &Store,
         may_add: impl FnOnce() -> bool,
     ) -> Option<(VmRecord, u64)> {
         let mut vms = self.vms.lock().unwrap();
@@ -140,7 +144,9 @@ impl Registry {
         let state = match existing.and_then(|id| vms.get_mut(&id)) {
             Some(v) => v,
             None => {
-                let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                let id = store
+                    .vm_id_for(&h.host, h.pid, h.start_unix_ms)
+                    .unwrap_or_else(|| self.next_id.fetch_add(1, Ordering::Relaxed));
                 vms.entry(id).or_insert(VmState {
                     record: VmRecord {
                         id,
@@ -154,7 +160,8 @@ impl Registry {
                         ..VmRecord::default()
                     },
                     connections: 0,
-                    received_seq: 0,
+                    // A shared store may hold batches another collector took from this VM.
+                    received_seq: store.committed(id),
                 })
             }
         };
@@ -186,6 +193,19 @@ impl Registry {
     fn disconnect(&self, id: u64) {
         if let Some(v) = self.vms.lock().unwrap().get_mut(&id) {
             v.connections = v.connections.saturating_sub(1);
+        }
+    }
+
+    /// Adds the VMs a shared store holds that this registry does not know (another collector
+    /// took them in).
+    pub fn add_stored(&self, records: Vec<VmRecord>, store: &Store) {
+        let mut vms = self.vms.lock().unwrap();
+        for r in records {
+            vms.entry(r.id).or_insert_with(|| VmState {
+                connections: 0,
+                received_seq: store.committed(r.id),
+                record: r,
+            });
         }
     }
 
@@ -295,7 +315,10 @@ impl Hub {
     }
 
     pub fn open(config: Config) -> anyhow::Result<Hub> {
-        let store = Store::open(&config.data)?;
+        let store = match &config.clickhouse {
+            Some(location) => Store::open_clickhouse(location)?,
+            None => Store::open(&config.data)?,
+        };
         let vms = Arc::new(Registry::load(store.vms()?, &store, store.next_vm_id()?));
         let live = Arc::new(LiveView::load(&store)?);
         let analyses: Vec<Arc<dyn Analysis>> = vec![
@@ -324,10 +347,11 @@ impl Hub {
     /// Deletes a VM that is not connected, with everything stored of it (samples, frames,
     /// snapshot, heap report, call graph).
     pub async fn delete_vm(&self, id: u64) -> anyhow::Result<Result<(), DeleteError>> {
-        if let Err(e) = self.vms.remove(id) {
-            return Ok(Err(e));
-        }
-        self.store.delete_vm(id).await?;
+        let record = match self.vms.remove(id) {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(e)),
+        };
+        self.store.delete_vm(&record).await?;
         self.forget(id);
         Ok(Ok(()))
     }
@@ -348,9 +372,21 @@ impl Hub {
             .keep
             .map_or(MAINTENANCE_EVERY, |k| (k / 10).min(MAINTENANCE_EVERY))
             .max(Duration::from_millis(200));
+        // A shared store is re-read for VMs other collectors took in.
+        let every = if self.store.is_shared() {
+            every.min(Duration::from_secs(2))
+        } else {
+            every
+        };
         let mut said = false;
         loop {
             tokio::time::sleep(every).await;
+            if self.store.is_shared() {
+                let store = self.store.clone();
+                if let Ok(Ok(records)) = tokio::task::spawn_blocking(move || store.vms()).await {
+                    self.vms.add_stored(records, &self.store);
+                }
+            }
             loop {
                 let connected = self.vms.connected();
                 match self.store.maintain(now_ms(), retention, connected).await {
@@ -525,8 +561,9 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
                         reject(&mut sock, reason).await;
                         break 'conn Some(format!("rejected: {reason}"));
                     }
-                    let Some((record, last_seq)) =
-                        hub.vms.connect(&h, || hub.may_add_vm(peer.ip()))
+                    let Some((record, last_seq)) = hub
+                        .vms
+                        .connect(&h, &hub.store, || hub.may_add_vm(peer.ip()))
                     else {
                         let reason = format!(
                             "{} created more than {MAX_NEW_VMS_PER_MINUTE} new VMs this minute",

@@ -226,8 +226,9 @@ enum Write {
     },
 }
 
+/// The embedded redb store (the default).
 #[derive(Clone)]
-pub struct Store {
+pub struct Redb {
     db: Arc<Database>,
     tx: mpsc::Sender<Write>,
     /// Writes queued and not yet committed (connections wait when it grows: see `backlog`).
@@ -250,9 +251,9 @@ pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
         .create(dir)
 }
 
-impl Store {
+impl Redb {
     /// Opens (or creates) `dir/collector.redb` and starts the writer thread.
-    pub fn open(dir: &Path) -> anyhow::Result<Store> {
+    pub fn open(dir: &Path) -> anyhow::Result<Redb> {
         create_private_dir(dir)?;
         let path = dir.join("collector.redb");
         // redb's default page cache is 1 GiB; the collector needs far less resident.
@@ -366,7 +367,7 @@ impl Store {
                     wbacklog.fetch_sub(n, Ordering::Relaxed);
                 }
             })?;
-        Ok(Store {
+        Ok(Redb {
             db,
             tx,
             backlog,
@@ -520,30 +521,12 @@ impl Store {
             last = last.max(batch.time_unix_ms);
             merger.add(batch.profile)
         })?;
-        let mut b = merger.merged.unwrap_or_else(|| {
-            ProfileBuilder::new(Meta {
-                modes: vec!["cpu".into()],
-                metrics: vec![
-                    jvmprof_profile::Metric::Samples,
-                    jvmprof_profile::Metric::Ns,
-                ],
-                ..Meta::default()
-            })
-        });
-        let meta = b.meta_mut();
-        meta.pid = vm.pid;
-        meta.command = vm.command.clone();
-        meta.jvm_name = vm.jvm.clone();
-        meta.start_unix_ms = if first == u64::MAX { 0 } else { first };
-        meta.duration_ms = last.saturating_sub(meta.start_unix_ms);
-        meta.engine = "collector".into();
-        meta.dropped_samples = vm.dropped_samples;
-        meta.extra.insert("host".into(), vm.host.clone());
-        meta.extra.insert("vm_id".into(), vm.id.to_string());
-        for (k, v) in &vm.labels {
-            meta.extra.insert(format!("label.{k}"), v.clone());
-        }
-        Ok(b.finish())
+        let mut p = merger
+            .merged
+            .map_or_else(empty_profile, ProfileBuilder::finish);
+        let first = if first == u64::MAX { 0 } else { first };
+        describe_vm(&mut p.meta, vm, first, last);
+        Ok(p)
     }
 
     /// The samples of all `vms` in `[from, to]` merged into one profile (a service's profile:
@@ -565,17 +548,12 @@ impl Store {
             last = last.max(p.meta.start_unix_ms + p.meta.duration_ms);
             profiles.push(p);
         }
-        let Some(mut b) = merge_profiles(profiles) else {
+        let Some(b) = merge_profiles(profiles) else {
             return Ok(None);
         };
-        let meta = b.meta_mut();
-        meta.start_unix_ms = first;
-        meta.duration_ms = last.saturating_sub(first);
-        meta.engine = "collector".into();
-        meta.command = format!("{} VMs", vms.len());
-        let ids: Vec<String> = vms.iter().map(|v| v.id.to_string()).collect();
-        meta.extra.insert("vm_ids".into(), ids.join(","));
-        Ok(Some(b.finish()))
+        let mut p = b.finish();
+        describe_vms(&mut p.meta, vms, first, last);
+        Ok(Some(p))
     }
 }
 
@@ -597,6 +575,209 @@ pub fn merge_profiles(profiles: Vec<Profile>) -> Option<ProfileBuilder> {
         }
     }
     merged
+}
+
+/// Where the collector keeps its data: the embedded redb file (default) or a ClickHouse
+/// database shared with other collectors. Every call goes to the one chosen.
+#[derive(Clone)]
+pub enum Store {
+    Redb(Redb),
+    ClickHouse(crate::clickhouse::ClickHouse),
+}
+
+impl Store {
+    pub fn open(dir: &Path) -> anyhow::Result<Store> {
+        Ok(Store::Redb(Redb::open(dir)?))
+    }
+
+    pub fn open_clickhouse(location: &crate::clickhouse::Location) -> anyhow::Result<Store> {
+        Ok(Store::ClickHouse(crate::clickhouse::ClickHouse::open(
+            location,
+        )?))
+    }
+
+    /// The id a new VM gets from the store itself (a shared store derives it from the VM, so
+    /// every collector agrees); `None`: the registry numbers VMs.
+    pub fn vm_id_for(&self, host: &str, pid: u32, start_unix_ms: u64) -> Option<u64> {
+        match self {
+            Store::Redb(_) => None,
+            Store::ClickHouse(_) => Some(crate::clickhouse::vm_id(host, pid, start_unix_ms)),
+        }
+    }
+
+    /// Whether other collectors may add VMs to this store (the registry then re-reads it).
+    pub fn is_shared(&self) -> bool {
+        matches!(self, Store::ClickHouse(_))
+    }
+
+    pub fn committed(&self, vm: u64) -> u64 {
+        match self {
+            Store::Redb(s) => s.committed(vm),
+            Store::ClickHouse(c) => c.committed(vm),
+        }
+    }
+
+    pub fn backlog(&self) -> usize {
+        match self {
+            Store::Redb(s) => s.backlog(),
+            Store::ClickHouse(c) => c.backlog(),
+        }
+    }
+
+    pub fn put_vm(&self, vm: VmRecord) {
+        match self {
+            Store::Redb(s) => s.put_vm(vm),
+            Store::ClickHouse(c) => c.put_vm(vm),
+        }
+    }
+
+    pub fn put_batch(&self, vm: u64, seq: u64, time_unix_ms: u64, profile: Profile) {
+        match self {
+            Store::Redb(s) => s.put_batch(vm, seq, time_unix_ms, profile),
+            Store::ClickHouse(c) => c.put_batch(vm, seq, time_unix_ms, profile),
+        }
+    }
+
+    pub fn put_snapshot(&self, vm: u64, snapshot: Snapshot) {
+        match self {
+            Store::Redb(s) => s.put_snapshot(vm, snapshot),
+            Store::ClickHouse(c) => c.put_snapshot(vm, snapshot),
+        }
+    }
+
+    pub async fn barrier(&self) {
+        match self {
+            Store::Redb(s) => s.barrier().await,
+            Store::ClickHouse(c) => c.barrier().await,
+        }
+    }
+
+    pub async fn maintain(
+        &self,
+        now_ms: u64,
+        retention: Retention,
+        connected: HashSet<u64>,
+    ) -> anyhow::Result<Maintained> {
+        match self {
+            Store::Redb(s) => s.maintain(now_ms, retention, connected).await,
+            Store::ClickHouse(c) => {
+                let c = c.clone();
+                tokio::task::spawn_blocking(move || c.maintain(now_ms, retention, &connected))
+                    .await?
+            }
+        }
+    }
+
+    pub async fn delete_vm(&self, vm: &VmRecord) -> anyhow::Result<()> {
+        match self {
+            Store::Redb(s) => s.delete_vm(vm.id).await,
+            Store::ClickHouse(c) => {
+                let (c, vm) = (c.clone(), vm.clone());
+                tokio::task::spawn_blocking(move || c.delete_vm(vm).map(|_| ())).await?
+            }
+        }
+    }
+
+    pub fn next_vm_id(&self) -> anyhow::Result<u64> {
+        match self {
+            Store::Redb(s) => s.next_vm_id(),
+            Store::ClickHouse(_) => Ok(1),
+        }
+    }
+
+    pub fn vms(&self) -> anyhow::Result<Vec<VmRecord>> {
+        match self {
+            Store::Redb(s) => s.vms(),
+            Store::ClickHouse(c) => c.vms(),
+        }
+    }
+
+    pub fn snapshots(&self) -> anyhow::Result<Vec<(u64, Snapshot)>> {
+        match self {
+            Store::Redb(s) => s.snapshots(),
+            Store::ClickHouse(c) => c.snapshots(),
+        }
+    }
+
+    pub fn series(&self, vm: u64, from: u64, to: u64) -> anyhow::Result<Vec<(u64, u64, u64)>> {
+        match self {
+            Store::Redb(s) => s.series(vm, from, to),
+            Store::ClickHouse(c) => c.series(vm, from, to),
+        }
+    }
+
+    pub fn profile(&self, vm: &VmRecord, from: u64, to: u64) -> anyhow::Result<Profile> {
+        match self {
+            Store::Redb(s) => s.profile(vm, from, to),
+            Store::ClickHouse(c) => {
+                let mut p = c
+                    .profile_of(std::slice::from_ref(vm), from, to)?
+                    .unwrap_or_else(empty_profile);
+                let (first, last) = c.time_span(&[vm.id], from, to)?;
+                describe_vm(&mut p.meta, vm, first, last);
+                Ok(p)
+            }
+        }
+    }
+
+    pub fn merged_profile(
+        &self,
+        vms: &[VmRecord],
+        from: u64,
+        to: u64,
+    ) -> anyhow::Result<Option<Profile>> {
+        match self {
+            Store::Redb(s) => s.merged_profile(vms, from, to),
+            Store::ClickHouse(c) => {
+                let Some(mut p) = c.profile_of(vms, from, to)? else {
+                    return Ok(None);
+                };
+                let ids: Vec<u64> = vms.iter().map(|v| v.id).collect();
+                let (first, last) = c.time_span(&ids, from, to)?;
+                describe_vms(&mut p.meta, vms, first, last);
+                Ok(Some(p))
+            }
+        }
+    }
+}
+
+/// A profile with no samples (cpu metrics), for a range that has none.
+fn empty_profile() -> Profile {
+    ProfileBuilder::new(Meta {
+        modes: vec!["cpu".into()],
+        metrics: vec![
+            jvmprof_profile::Metric::Samples,
+            jvmprof_profile::Metric::Ns,
+        ],
+        ..Meta::default()
+    })
+    .finish()
+}
+
+/// Fills in who a VM's profile is of, and when its samples were taken.
+fn describe_vm(meta: &mut Meta, vm: &VmRecord, first: u64, last: u64) {
+    meta.pid = vm.pid;
+    meta.command = vm.command.clone();
+    meta.jvm_name = vm.jvm.clone();
+    meta.start_unix_ms = first;
+    meta.duration_ms = last.saturating_sub(first);
+    meta.engine = "collector".into();
+    meta.dropped_samples = vm.dropped_samples;
+    meta.extra.insert("host".into(), vm.host.clone());
+    meta.extra.insert("vm_id".into(), vm.id.to_string());
+    for (k, v) in &vm.labels {
+        meta.extra.insert(format!("label.{k}"), v.clone());
+    }
+}
+
+/// Fills in whose samples a merged profile holds, and when they were taken.
+fn describe_vms(meta: &mut Meta, vms: &[VmRecord], first: u64, last: u64) {
+    meta.start_unix_ms = first;
+    meta.duration_ms = last.saturating_sub(first);
+    meta.engine = "collector".into();
+    meta.command = format!("{} VMs", vms.len());
+    let ids: Vec<String> = vms.iter().map(|v| v.id.to_string()).collect();
+    meta.extra.insert("vm_ids".into(), ids.join(","));
 }
 
 /// The frame dictionary of `vm`: index = dictionary id.
@@ -937,15 +1118,15 @@ mod tests_support {
         jvmprof_profile::collapsed::to_string(p, &Default::default()).unwrap()
     }
 
-    pub(super) fn open_retrying(dir: &Path) -> Store {
+    pub(super) fn open_retrying(dir: &Path) -> Redb {
         // The previous Store's writer thread closes the file once its channel is gone.
         for _ in 0..100 {
-            if let Ok(s) = Store::open(dir) {
+            if let Ok(s) = Redb::open(dir) {
                 return s;
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        Store::open(dir).unwrap()
+        Redb::open(dir).unwrap()
     }
 }
 
@@ -970,7 +1151,7 @@ mod tests {
                 .unwrap();
             w.commit().unwrap();
         }
-        let e = Store::open(&dir).err().expect("an old store is refused");
+        let e = Redb::open(&dir).err().expect("an old store is refused");
         assert_eq!(
             e.to_string(),
             format!(
@@ -980,7 +1161,7 @@ mod tests {
             )
         );
         // Nothing was changed: refused again, the same way.
-        assert_eq!(Store::open(&dir).err().unwrap().to_string(), e.to_string());
+        assert_eq!(Redb::open(&dir).err().unwrap().to_string(), e.to_string());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -1045,7 +1226,7 @@ mod tests {
             ..VmRecord::default()
         };
         {
-            let store = Store::open(&dir).unwrap();
+            let store = Redb::open(&dir).unwrap();
             store.put_vm(vm.clone());
             store.put_batch(3, 1, 1000, batch(&[("A", "main"), ("A", "work")], 2));
             store.put_batch(3, 2, 2000, batch(&[("A", "main"), ("B", "io")], 5));
@@ -1090,7 +1271,7 @@ mod retention_tests {
     const MIN: u64 = MINUTE_MS;
     const DAY: u64 = 1440 * MIN;
 
-    fn rows(store: &Store, table: TableDefinition<(u64, u64), &[u8]>) -> usize {
+    fn rows(store: &Redb, table: TableDefinition<(u64, u64), &[u8]>) -> usize {
         let r = store.db.begin_read().unwrap();
         r.open_table(table).unwrap().len().unwrap() as usize
     }
@@ -1114,7 +1295,7 @@ mod retention_tests {
             ..VmRecord::default()
         };
         let (old, fresh, gone) = (vm(1, now), vm(2, now), vm(3, now - 9 * DAY));
-        let store = Store::open(&dir).unwrap();
+        let store = Redb::open(&dir).unwrap();
         for v in [&old, &fresh, &gone] {
             store.put_vm(v.clone());
         }
