@@ -13,6 +13,7 @@
 pub mod analysis;
 pub mod heaps;
 pub mod http;
+pub mod ingest;
 pub mod store;
 
 use analysis::{Analysis, CallGraphs, LiveView, Profiles, Trace};
@@ -273,6 +274,8 @@ pub struct Stats {
     /// Batches an agent re-sent after a reconnect that were already stored (ignored).
     pub duplicate_batches: AtomicU64,
     pub samples: AtomicU64,
+    /// Profiles received at `/ingest` ([`ingest`]).
+    pub ingested: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -408,6 +411,7 @@ pub async fn serve(hub: Arc<Hub>, listener: TcpListener) -> anyhow::Result<()> {
     let (http_tx, http_rx) = tokio::sync::mpsc::channel(256);
     let router = http::router(hub.clone());
     tokio::spawn(async move {
+        let router = router.into_make_service_with_connect_info::<http::Peer>();
         let _ = axum::serve(http::ChannelListener { rx: http_rx, local }, router).await;
     });
     tokio::spawn(hub.clone().maintain());
