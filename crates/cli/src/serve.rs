@@ -22,6 +22,20 @@ pub struct Args {
     /// long ranges read minutes (time ranges in older data are then whole minutes).
     #[arg(long, value_parser = duration, default_value = "10m")]
     pub rollup_after: std::time::Duration,
+    /// Push every VM's profile as pprof to a Pyroscope-compatible ingest endpoint (plain HTTP):
+    /// Pyroscope, Grafana Alloy, or another jvmprof collector's /ingest.
+    #[arg(long, value_name = "pyroscope://HOST:PORT", value_parser = push_target)]
+    pub push: Option<jvmprof_collector::push::Target>,
+    /// How often to push (each VM's new samples).
+    #[arg(long, value_parser = duration, default_value = "10s")]
+    pub push_every: std::time::Duration,
+    /// Sent with every push as `Authorization: Bearer TOKEN`.
+    #[arg(long, env = "JVMPROF_PUSH_TOKEN", hide_env_values = true)]
+    pub push_token: Option<String>,
+}
+
+fn push_target(s: &str) -> Result<jvmprof_collector::push::Target, String> {
+    jvmprof_collector::push::Target::parse(s)
 }
 
 fn duration(s: &str) -> Result<std::time::Duration, String> {
@@ -29,14 +43,25 @@ fn duration(s: &str) -> Result<std::time::Duration, String> {
 }
 
 pub fn run(args: Args) -> Result<i32> {
+    let retention = jvmprof_collector::store::Retention {
+        rollup_after: args.rollup_after,
+        keep: args.retention,
+    };
+    let push = args.push.map(|target| jvmprof_collector::push::PushConfig {
+        target,
+        every: args.push_every,
+        token: args.push_token,
+    });
+    if let Some(p) = &push {
+        p.max_window(retention.rollup_after)
+            .map_err(|e| anyhow::anyhow!(e))?;
+    }
     jvmprof_collector::run_blocking(jvmprof_collector::Config {
         listen: args.listen,
         data: args.data,
         token: args.token,
-        retention: jvmprof_collector::store::Retention {
-            rollup_after: args.rollup_after,
-            keep: args.retention,
-        },
+        retention,
+        push,
     })?;
     Ok(0)
 }

@@ -14,6 +14,7 @@ pub mod analysis;
 pub mod heaps;
 pub mod http;
 pub mod ingest;
+pub mod push;
 pub mod store;
 
 use analysis::{Analysis, CallGraphs, LiveView, Profiles, Trace};
@@ -55,6 +56,8 @@ pub struct Config {
     pub token: Option<String>,
     /// What the store keeps and for how long.
     pub retention: store::Retention,
+    /// Where to push every VM's profile (`--push`), if anywhere.
+    pub push: Option<push::PushConfig>,
 }
 
 pub fn now_ms() -> u64 {
@@ -276,6 +279,12 @@ pub struct Stats {
     pub samples: AtomicU64,
     /// Profiles received at `/ingest` ([`ingest`]).
     pub ingested: AtomicU64,
+    /// With `--push` ([`push`]): rounds run, profiles pushed, pushes that failed, and
+    /// milliseconds of samples dropped because a VM's window grew too long.
+    pub push_rounds: AtomicU64,
+    pub pushed: AtomicU64,
+    pub push_failures: AtomicU64,
+    pub push_dropped_ms: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -415,6 +424,9 @@ pub async fn serve(hub: Arc<Hub>, listener: TcpListener) -> anyhow::Result<()> {
         let _ = axum::serve(http::ChannelListener { rx: http_rx, local }, router).await;
     });
     tokio::spawn(hub.clone().maintain());
+    if let Some(p) = hub.config.push.clone() {
+        tokio::spawn(push::run(hub.clone(), p));
+    }
     let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let mut refused_said = false;
     loop {
