@@ -26,10 +26,24 @@ pub struct Args {
     /// port). Collectors sharing one database serve every VM's data.
     #[arg(long, value_name = "clickhouse://HOST:PORT/DB", value_parser = clickhouse)]
     pub store: Option<jvmprof_collector::clickhouse::Location>,
+    /// Push every VM's profile as pprof to a Pyroscope-compatible ingest endpoint (plain HTTP):
+    /// Pyroscope, Grafana Alloy, or another jvmprof collector's /ingest.
+    #[arg(long, value_name = "pyroscope://HOST:PORT", value_parser = push_target)]
+    pub push: Option<jvmprof_collector::push::Target>,
+    /// How often to push (each VM's new samples).
+    #[arg(long, value_parser = duration, default_value = "10s")]
+    pub push_every: std::time::Duration,
+    /// Sent with every push as `Authorization: Bearer TOKEN`.
+    #[arg(long, env = "JVMPROF_PUSH_TOKEN", hide_env_values = true)]
+    pub push_token: Option<String>,
 }
 
 fn clickhouse(s: &str) -> Result<jvmprof_collector::clickhouse::Location, String> {
     jvmprof_collector::clickhouse::Location::parse(s)
+}
+
+fn push_target(s: &str) -> Result<jvmprof_collector::push::Target, String> {
+    jvmprof_collector::push::Target::parse(s)
 }
 
 fn duration(s: &str) -> Result<std::time::Duration, String> {
@@ -37,15 +51,26 @@ fn duration(s: &str) -> Result<std::time::Duration, String> {
 }
 
 pub fn run(args: Args) -> Result<i32> {
+    let retention = jvmprof_collector::store::Retention {
+        rollup_after: args.rollup_after,
+        keep: args.retention,
+    };
+    let push = args.push.map(|target| jvmprof_collector::push::PushConfig {
+        target,
+        every: args.push_every,
+        token: args.push_token,
+    });
+    if let Some(p) = &push {
+        p.max_window(retention.rollup_after)
+            .map_err(|e| anyhow::anyhow!(e))?;
+    }
     jvmprof_collector::run_blocking(jvmprof_collector::Config {
         listen: args.listen,
         data: args.data,
         token: args.token,
-        retention: jvmprof_collector::store::Retention {
-            rollup_after: args.rollup_after,
-            keep: args.retention,
-        },
+        retention,
         clickhouse: args.store,
+        push,
     })?;
     Ok(0)
 }

@@ -134,14 +134,11 @@ struct Collector {
 }
 
 fn collector(data: &Path, listen: &str, token: Option<&str>) -> Collector {
-    let mut extra = Vec::new();
-    if let Some(t) = token {
-        extra.extend(["--token", t]);
-    }
-    collector_with(data, listen, &extra)
+    collector_with(data, listen, token, &[])
 }
 
-fn collector_with(data: &Path, listen: &str, extra: &[&str]) -> Collector {
+/// A collector with `extra` arguments.
+fn collector_with(data: &Path, listen: &str, token: Option<&str>, extra: &[&str]) -> Collector {
     let mut cmd = Command::new(jvmprof());
     cmd.arg("serve")
         .arg("--listen")
@@ -149,6 +146,9 @@ fn collector_with(data: &Path, listen: &str, extra: &[&str]) -> Collector {
         .arg("--data")
         .arg(data)
         .args(extra);
+    if let Some(t) = token {
+        cmd.arg("--token").arg(t);
+    }
     let proc = Proc::spawn(&mut cmd);
     let addr = wait_for("the collector to listen", || {
         let err = proc.stderr();
@@ -184,10 +184,29 @@ fn get_as(addr: &str, path: &str, token: Option<&str>) -> Option<(u16, Vec<u8>)>
 }
 
 fn request(addr: &str, method: &str, path: &str, token: Option<&str>) -> Option<(u16, Vec<u8>)> {
+    request_with_body(addr, method, path, token, None)
+}
+
+/// A request with `body` (sent with its Content-Length) if there is one.
+fn request_with_body(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&[u8]>,
+) -> Option<(u16, Vec<u8>)> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(s, "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").ok()?;
+    let length = body.map_or(String::new(), |b| {
+        format!("Content-Length: {}\r\n", b.len())
+    });
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}{length}\r\n"
+    )
+    .ok()?;
+    s.write_all(body.unwrap_or_default()).ok()?;
     let mut resp = Vec::new();
     s.read_to_end(&mut resp).ok()?;
     let split = resp.windows(4).position(|w| w == b"\r\n\r\n")?;
@@ -1276,9 +1295,9 @@ fn two_collectors_share_one_clickhouse() {
     let ch = clickhouse_server::Server::start(&dir.join("clickhouse"));
     let store = format!("clickhouse://{}/jvmprof_test", ch.http);
     let start = |name: &str, extra: &[&str]| {
-        let mut args = vec!["--store", store.as_str(), "--token", TOKEN];
+        let mut args = vec!["--store", store.as_str()];
         args.extend(extra);
-        collector_with(&dir.join(name), "127.0.0.1:0", &args)
+        collector_with(&dir.join(name), "127.0.0.1:0", Some(TOKEN), &args)
     };
     let a = start("a", &[]);
     let b = start("b", &[]);
@@ -1355,4 +1374,178 @@ fn two_collectors_share_one_clickhouse() {
     });
     assert_eq!(stacks(&collapsed(&b.addr, two_id)), two_a);
     drop(a);
+}
+
+fn stat(addr: &str, name: &str) -> u64 {
+    json(addr, "/api/stats")[name].as_u64().unwrap()
+}
+
+/// `serve --push`: collector A pushes each VM's samples every second as pprof to collector B's
+/// `/ingest` (Pyroscope's ingest API, with B's token), where they become a VM with the same
+/// labels, pid and host, and exactly A's profile; /ingest needs the token and says what is
+/// wrong with bad input; a collector whose push target is down says so once, keeps serving, and
+/// says once that it works again when the target comes up.
+#[test]
+fn push_sends_every_vm_to_a_pyroscope_endpoint() {
+    let _g = serial();
+    let dir = scratch("push");
+    let b = collector(&dir.join("b"), "127.0.0.1:0", Some(TOKEN));
+    let target = format!("pyroscope://{}", b.addr);
+    let a = collector_with(
+        &dir.join("a"),
+        "127.0.0.1:0",
+        None,
+        &[
+            "--push",
+            &target,
+            "--push-every",
+            "1s",
+            "--push-token",
+            TOKEN,
+        ],
+    );
+    let mut vm = jvm(
+        &format!("server={},refresh=200ms,labels=service:checkout", a.addr),
+        3,
+    );
+    vm.wait_success();
+    let a_id = wait_disconnected(&a.addr, vm.pid());
+    let a_vm = vm_by_pid(&a.addr, vm.pid()).unwrap();
+    let want = stacks(&collapsed(&a.addr, a_id));
+    assert!(want.values().sum::<u64>() > 0);
+
+    // B lists the VM under its pid and host, with its labels, never connected; once A has
+    // pushed past the VM's last batch, B's profile of it is A's, stack by stack.
+    let b_vm = wait_for("B to list the pushed VM", || vm_by_pid(&b.addr, vm.pid()));
+    assert_eq!(b_vm["connected"], false);
+    assert_eq!(b_vm["host"], a_vm["host"]);
+    assert_eq!(b_vm["labels"], serde_json::json!([["service", "checkout"]]));
+    assert_eq!(b_vm["agent_version"], format!("pushed: vm_id={a_id}"));
+    let b_id = b_vm["id"].as_u64().unwrap();
+    wait_for("B to have all of A's samples of the VM", || {
+        (stacks(&collapsed(&b.addr, b_id)) == want).then_some(())
+    });
+    // Two more rounds push nothing more: nothing is pushed twice.
+    let pushed = stat(&a.addr, "pushed");
+    let rounds = stat(&a.addr, "push_rounds");
+    wait_for("two more push rounds", || {
+        (stat(&a.addr, "push_rounds") >= rounds + 2).then_some(())
+    });
+    assert_eq!(stacks(&collapsed(&b.addr, b_id)), want);
+    assert_eq!(stat(&a.addr, "pushed"), pushed);
+    assert_eq!(stat(&b.addr, "ingested"), pushed);
+    assert_eq!(stat(&a.addr, "push_failures"), 0);
+    assert_eq!(vms(&b.addr).len(), 1);
+    assert!(
+        !a.proc.stderr().contains("cannot push"),
+        "{}",
+        a.proc.stderr()
+    );
+
+    // /ingest needs B's token, and says what is wrong with bad input.
+    let pprof = get_ok(&a.addr, &format!("/api/vms/{a_id}/profile?format=pprof"));
+    // A second from now: after the start of pushing of a collector started before.
+    let query = |name: &str| {
+        let next = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 1;
+        format!("/ingest?name={name}&from={next}&until={next}&format=pprof")
+    };
+    let ingest = |addr: &str, path: &str, token: Option<&str>, body: &[u8]| {
+        let (status, body) = request_with_body(addr, "POST", path, token, Some(body)).unwrap();
+        (status, String::from_utf8_lossy(&body).to_string())
+    };
+    let good = query("probe%7Bvm_id%3D1%7D");
+    assert_eq!(ingest(&b.addr, &good, None, &pprof).0, 401);
+    let error = |reason: &str| serde_json::json!({ "error": reason }).to_string();
+    for (path, body, reason) in [
+        (
+            query("probe%7Bvm_id%3D1"),
+            &pprof[..],
+            "bad name 'probe{vm_id=1': its labels do not end with '}'",
+        ),
+        (
+            "/ingest?name=probe&until=5&format=pprof".to_string(),
+            &pprof[..],
+            "from (Unix seconds) is missing",
+        ),
+        (
+            "/ingest?name=probe&from=1&until=5&format=jfr".to_string(),
+            &pprof[..],
+            "format 'jfr' is not supported here; send format=pprof",
+        ),
+        (
+            good.clone(),
+            &b"not a profile"[..],
+            "the body is not a pprof profile: wire type 6 is not used by pprof",
+        ),
+    ] {
+        assert_eq!(
+            ingest(&b.addr, &path, Some(TOKEN), body),
+            (400, error(reason)),
+            "{path}"
+        );
+    }
+    assert_eq!(vms(&b.addr).len(), 1);
+
+    // A collector whose target is down: one line, serving on; one line when it is up again.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let down = format!("127.0.0.1:{port}");
+    let c = collector_with(
+        &dir.join("c"),
+        "127.0.0.1:0",
+        None,
+        &[
+            "--push",
+            &format!("pyroscope://{down}"),
+            "--push-every",
+            "1s",
+        ],
+    );
+    let (status, answer) = ingest(&c.addr, &query("probe%7Bvm_id%3D1%7D"), None, &pprof);
+    assert_eq!(status, 200, "{answer}");
+    let c_id: u64 = serde_json::from_str::<Value>(&answer).unwrap()["vm"]
+        .as_u64()
+        .unwrap();
+    wait_for("three failed pushes", || {
+        (stat(&c.addr, "push_failures") >= 3).then_some(())
+    });
+    let said = |what: &str| c.proc.stderr().matches(what).count();
+    assert_eq!(
+        said("jvmprof serve: cannot push to"),
+        1,
+        "{}",
+        c.proc.stderr()
+    );
+    assert!(
+        c.proc
+            .stderr()
+            .contains(&format!("cannot push to pyroscope://{down}: "))
+    );
+    assert_eq!(vms(&c.addr).len(), 1);
+    let up = collector(&dir.join("up"), &down, None);
+    wait_for("the pushes to work again", || {
+        (said("works again") == 1).then_some(())
+    });
+    assert_eq!(
+        said("jvmprof serve: cannot push to"),
+        1,
+        "{}",
+        c.proc.stderr()
+    );
+    let up_vm = wait_for("the VM on the collector that came up", || {
+        vms(&up.addr).into_iter().next()
+    });
+    assert_eq!(up_vm["labels"], serde_json::json!([["service", "probe"]]));
+    assert_eq!(
+        stacks(&collapsed(&up.addr, up_vm["id"].as_u64().unwrap())),
+        stacks(&collapsed(&c.addr, c_id))
+    );
+    assert_eq!(stacks(&collapsed(&c.addr, c_id)), want);
 }

@@ -51,7 +51,14 @@ fn main() -> anyhow::Result<()> {
     let stacks: Vec<Vec<Frame>> = (0..400)
         .map(|s| {
             (0..20)
-                .map(|d| Frame::java(&format!("bench.C{}", (s * 7 + d) % 97), &format!("m{d}"), "()V", d))
+                .map(|d| {
+                    Frame::java(
+                        &format!("bench.C{}", (s * 7 + d) % 97),
+                        &format!("m{d}"),
+                        "()V",
+                        d,
+                    )
+                })
                 .collect()
         })
         .collect();

@@ -16,6 +16,10 @@
 //! - `POST /api/vms/{id}/heap`: an HPROF heap dump of the VM as the body (with `Authorization:
 //!   Bearer TOKEN` when the collector has a token); 202 once stored, analysed in the background.
 //!   `GET /api/vms/{id}/heap?format=html|json`: its report (202 while analysing).
+//! - `POST /ingest?name=APP{k=v,...}&from=S&until=S&format=pprof`: Pyroscope's ingest API, a
+//!   pprof profile (gzipped or not) as the body, stored as a batch of the VM its labels name
+//!   (see [`crate::ingest`]); 200 `{"vm": ID}`, 400 with the reason for bad input, 413 for a
+//!   body over 64 MiB, 429 when the client made too many new VMs this minute.
 
 use crate::Hub;
 use crate::heaps::HeapState;
@@ -73,8 +77,73 @@ pub fn router(hub: Arc<Hub>) -> Router {
                 .post(heap_upload)
                 .layer(axum::extract::DefaultBodyLimit::disable()),
         )
+        .route(
+            "/ingest",
+            axum::routing::post(ingest)
+                .layer(axum::extract::DefaultBodyLimit::max(
+                    crate::ingest::MAX_BODY,
+                ))
+                .layer(axum::middleware::from_fn_with_state(
+                    Arc::new(tokio::sync::Semaphore::new(INGESTS_AT_ONCE)),
+                    take_turn,
+                )),
+        )
         .layer(axum::middleware::from_fn_with_state(hub.clone(), auth))
         .with_state(hub)
+}
+
+/// The client address, for handlers that need it (see `into_make_service_with_connect_info`).
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, ChannelListener>>
+    for Peer
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, ChannelListener>) -> Peer {
+        Peer(*stream.remote_addr())
+    }
+}
+
+/// Pushes received and decoded at once: each may hold its body, the un-gzipped message and
+/// what it decodes to (see [`crate::ingest`]'s limits); more wait their turn.
+const INGESTS_AT_ONCE: usize = 2;
+
+/// Lets a request through once one of the turns is free (held until it is answered).
+async fn take_turn(
+    State(turns): State<Arc<tokio::sync::Semaphore>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let _turn = turns.acquire().await;
+    next.run(req).await
+}
+
+/// `POST /ingest`: a profile pushed by another collector or a Pyroscope client.
+async fn ingest(
+    State(hub): State<Arc<Hub>>,
+    axum::extract::ConnectInfo(Peer(peer)): axum::extract::ConnectInfo<Peer>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    use crate::ingest::Refused;
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let push = match crate::ingest::check_request(&query, content_type) {
+        Ok(p) => p,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let profile = match tokio::task::spawn_blocking(move || crate::ingest::decode(&body)).await {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => return error(StatusCode::BAD_REQUEST, e),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    match crate::ingest::store(&hub, peer.ip(), push, profile).await {
+        Ok(id) => Json(serde_json::json!({ "vm": id })).into_response(),
+        Err(Refused::TooMany(e)) => error(StatusCode::TOO_MANY_REQUESTS, e),
+        Err(Refused::Internal(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
 }
 
 /// With `--token`, every request but the page itself (which holds no data and asks for the

@@ -14,6 +14,8 @@ pub mod analysis;
 pub mod clickhouse;
 pub mod heaps;
 pub mod http;
+pub mod ingest;
+pub mod push;
 pub mod store;
 
 use analysis::{Analysis, CallGraphs, LiveView, Profiles, Trace};
@@ -57,6 +59,8 @@ pub struct Config {
     pub retention: store::Retention,
     /// A ClickHouse database to keep everything in instead of `data` (shared by collectors).
     pub clickhouse: Option<clickhouse::Location>,
+    /// Where to push every VM's profile (`--push`), if anywhere.
+    pub push: Option<push::PushConfig>,
 }
 
 pub fn now_ms() -> u64 {
@@ -293,6 +297,14 @@ pub struct Stats {
     /// Batches an agent re-sent after a reconnect that were already stored (ignored).
     pub duplicate_batches: AtomicU64,
     pub samples: AtomicU64,
+    /// Profiles received at `/ingest` ([`ingest`]).
+    pub ingested: AtomicU64,
+    /// With `--push` ([`push`]): rounds run, profiles pushed, pushes that failed, and
+    /// milliseconds of samples dropped because a VM's window grew too long.
+    pub push_rounds: AtomicU64,
+    pub pushed: AtomicU64,
+    pub push_failures: AtomicU64,
+    pub push_dropped_ms: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -444,9 +456,13 @@ pub async fn serve(hub: Arc<Hub>, listener: TcpListener) -> anyhow::Result<()> {
     let (http_tx, http_rx) = tokio::sync::mpsc::channel(256);
     let router = http::router(hub.clone());
     tokio::spawn(async move {
+        let router = router.into_make_service_with_connect_info::<http::Peer>();
         let _ = axum::serve(http::ChannelListener { rx: http_rx, local }, router).await;
     });
     tokio::spawn(hub.clone().maintain());
+    if let Some(p) = hub.config.push.clone() {
+        tokio::spawn(push::run(hub.clone(), p));
+    }
     let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let mut refused_said = false;
     loop {
