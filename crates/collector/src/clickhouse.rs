@@ -1,6 +1,6 @@
 //! The ClickHouse store (`serve --store clickhouse://HOST:PORT/DB`): VMs, stacks (deduplicated by
-//! a hash of their frames), samples (by VM and time, with a per-minute rollup kept by a
-//! materialized view), snapshots and sample metadata in one ClickHouse database over its HTTP
+//! a hash of their frames), samples (by VM and time, with per-minute and per-hour rollups kept
+//! by materialized views, so a day's query reads hours), snapshots and sample metadata in one ClickHouse database over its HTTP
 //! interface, written in RowBinary. Several collectors can share the database: every VM's data
 //! is there, VM ids are derived from the VM itself (host, pid, start), and a collector that
 //! starts with an empty disk reads everything back. Retention drops whole daily partitions.
@@ -28,6 +28,9 @@ const FLUSH_ROWS: usize = 200_000;
 const MAX_PENDING_BYTES: usize = 256 << 20;
 /// Queries over a longer range, or starting before the raw samples kept, read the minutes.
 const RAW_QUERY_SPAN_MS: u64 = 3_600_000;
+/// Queries over a longer range read the hours.
+const HOUR_QUERY_SPAN_MS: u64 = 6 * 3_600_000;
+const HOUR_MS: u64 = 3_600_000;
 /// Stack hashes remembered as already stored (then forgotten, and re-sent at worst).
 const MAX_KNOWN_STACKS: usize = 2_000_000;
 
@@ -60,6 +63,16 @@ impl Location {
             database: db.to_string(),
         })
     }
+}
+
+/// Where a query reads samples (see [`ClickHouse::source`]).
+struct Source {
+    cond: String,
+    table: &'static str,
+    /// The sum of the values arrays in that table.
+    sum: &'static str,
+    /// A row's time, Unix ms (the start of its minute or hour in a rollup).
+    time: &'static str,
 }
 
 /// The id of a VM in a shared store: the same on every collector (53 bits, exact in JSON).
@@ -559,46 +572,49 @@ impl ClickHouse {
         Ok(out)
     }
 
-    /// Whether `[from, to]` is read from the per-minute rollup: a range (clamped to the VMs'
-    /// first sample and now) longer than an hour, or reaching back past the raw samples kept.
-    fn use_minutes(&self, vms: &[u64], from: u64, to: u64) -> anyhow::Result<bool> {
+    /// Where the samples of `vms` in `[from, to]` are read: the range is clamped to the VMs'
+    /// first sample and now; over six hours it reads the hourly rollup, over an hour (or back
+    /// past the raw samples kept) the minutes, else the raw batches. A rollup is in when its
+    /// minute or hour overlaps the range.
+    fn source(&self, vms: &[u64], from: u64, to: u64) -> anyhow::Result<Source> {
         let db = &self.client.db;
         let bytes = self.client.query(&format!(
-            "SELECT toUInt64(min(minute)) FROM {db}.samples_minute WHERE vm IN ({})",
+            "SELECT toUInt64(min(hour)) FROM {db}.samples_hour WHERE vm IN ({})",
             list(vms)
         ))?;
-        let first = Reader { b: &bytes }.u64().unwrap_or(0) * MINUTE_MS;
+        let first = Reader { b: &bytes }.u64().unwrap_or(0) * HOUR_MS;
         let now = crate::now_ms();
-        let (from, to) = (from.max(first), to.min(now));
-        Ok(to.saturating_sub(from) > RAW_QUERY_SPAN_MS || from < now.saturating_sub(DAY_MS))
-    }
-
-    /// Where clause and table for the samples of `vms` in `[from, to]`.
-    fn source(
-        &self,
-        vms: &[u64],
-        from: u64,
-        to: u64,
-    ) -> anyhow::Result<(String, &'static str, &'static str, bool)> {
-        Ok(if self.use_minutes(vms, from, to)? {
-            (
-                format!(
-                    "vm IN ({}) AND minute BETWEEN {} AND {}",
-                    list(vms),
+        let span = to.min(now).saturating_sub(from.max(first));
+        let ids = list(vms);
+        Ok(if span > HOUR_QUERY_SPAN_MS {
+            Source {
+                cond: format!(
+                    "vm IN ({ids}) AND hour BETWEEN {} AND {}",
+                    from / HOUR_MS,
+                    to / HOUR_MS
+                ),
+                table: "samples_hour",
+                sum: "sumForEachMerge(values)",
+                time: "hour * 3600000",
+            }
+        } else if span > RAW_QUERY_SPAN_MS || from.max(first) < now.saturating_sub(DAY_MS) {
+            Source {
+                cond: format!(
+                    "vm IN ({ids}) AND minute BETWEEN {} AND {}",
                     from / MINUTE_MS,
                     to / MINUTE_MS
                 ),
-                "samples_minute",
-                "sumForEachMerge(values)",
-                true,
-            )
+                table: "samples_minute",
+                sum: "sumForEachMerge(values)",
+                time: "minute * 60000",
+            }
         } else {
-            (
-                format!("vm IN ({}) AND time_ms BETWEEN {from} AND {to}", list(vms)),
-                "samples",
-                "sumForEach(values)",
-                false,
-            )
+            Source {
+                cond: format!("vm IN ({ids}) AND time_ms BETWEEN {from} AND {to}"),
+                table: "samples",
+                sum: "sumForEach(values)",
+                time: "time_ms",
+            }
         })
     }
 
@@ -609,8 +625,12 @@ impl ClickHouse {
         let Some(meta) = metas.get(&vm) else {
             return Ok(Vec::new());
         };
-        let (cond, table, sum, minutes) = self.source(&[vm], from, to)?;
-        let time = if minutes { "minute * 60000" } else { "time_ms" };
+        let Source {
+            cond,
+            table,
+            sum,
+            time,
+        } = self.source(&[vm], from, to)?;
         let bytes = self.client.query(&format!(
             "SELECT toUInt64({time}) AS t, {sum} FROM {db}.{table} WHERE {cond} GROUP BY t ORDER BY t"
         ))?;
@@ -646,7 +666,9 @@ impl ClickHouse {
         let db = &self.client.db;
         let ids: Vec<u64> = vms.iter().map(|v| v.id).collect();
         let metas = self.metas(&ids)?;
-        let (cond, table, sum, _) = self.source(&ids, from, to)?;
+        let Source {
+            cond, table, sum, ..
+        } = self.source(&ids, from, to)?;
         let stacks_bytes = self.client.query(&format!(
             "SELECT hash, any(frames) FROM {db}.stacks WHERE hash IN \
              (SELECT DISTINCT stack FROM {db}.{table} WHERE {cond}) GROUP BY hash"
@@ -710,8 +732,10 @@ impl ClickHouse {
     /// The oldest and newest sample times of `vms` in `[from, to]`.
     pub fn time_span(&self, vms: &[u64], from: u64, to: u64) -> anyhow::Result<(u64, u64)> {
         let db = &self.client.db;
-        let (cond, table, _, minutes) = self.source(vms, from, to)?;
-        let col = if minutes { "minute * 60000" } else { "time_ms" };
+        let Source {
+            cond, table, time, ..
+        } = self.source(vms, from, to)?;
+        let col = time;
         let bytes = self.client.query(&format!(
             "SELECT toUInt64(min({col})), toUInt64(max({col})) FROM {db}.{table} WHERE {cond}"
         ))?;
@@ -736,7 +760,7 @@ impl ClickHouse {
         let keep = retention.keep.map(|k| k.as_millis() as u64);
         let bytes = self.client.query(&format!(
             "SELECT DISTINCT table, partition FROM system.parts WHERE database = '{db}' AND active \
-             AND table IN ('samples', '.inner.samples_minute', 'snapshots')"
+             AND table IN ('samples', '.inner.samples_minute', '.inner.samples_hour', 'snapshots')"
         ))?;
         let mut r = Reader { b: &bytes };
         while !r.done() {
@@ -780,7 +804,14 @@ impl ClickHouse {
             &format!("INSERT INTO {db}.vms FORMAT RowBinary"),
             &rows.bytes,
         )?;
-        for table in ["samples", "samples_minute", "snapshots", "meta", "seqs"] {
+        for table in [
+            "samples",
+            "samples_minute",
+            "samples_hour",
+            "snapshots",
+            "meta",
+            "seqs",
+        ] {
             self.client
                 .exec(&format!("ALTER TABLE {db}.{table} DELETE WHERE vm = {id}"))?;
         }
@@ -905,6 +936,12 @@ fn create_schema(c: &Client) -> anyhow::Result<()> {
          intDiv(time_ms, 60000) AS minute, vm, stack, tid, thread, state, \
          sumForEachState(values) AS values FROM {db}.samples \
          GROUP BY day, minute, vm, stack, tid, thread, state",
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.samples_hour \
+         ENGINE = AggregatingMergeTree PARTITION BY day \
+         ORDER BY (vm, hour, stack, tid, thread, state) AS SELECT day, \
+         intDiv(time_ms, 3600000) AS hour, vm, stack, tid, thread, state, \
+         sumForEachState(values) AS values FROM {db}.samples \
+         GROUP BY day, hour, vm, stack, tid, thread, state",
         "CREATE TABLE IF NOT EXISTS {db}.snapshots (day Date, vm UInt64, time_ms UInt64, \
          data String) ENGINE = ReplacingMergeTree(time_ms) PARTITION BY day ORDER BY vm",
         "CREATE TABLE IF NOT EXISTS {db}.meta (vm UInt64, metrics Array(String), \
