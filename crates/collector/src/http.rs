@@ -124,9 +124,13 @@ async fn ingest(
     axum::extract::ConnectInfo(Peer(peer)): axum::extract::ConnectInfo<Peer>,
     Query(query): Query<std::collections::HashMap<String, String>>,
     headers: axum::http::HeaderMap,
-    body: axum::body::Bytes,
+    body: axum::body::Body,
 ) -> Response {
     use crate::ingest::Refused;
+    let body = match read_body(body, crate::ingest::MAX_BODY).await {
+        Ok(b) => b,
+        Err((status, e)) => return error(status, e),
+    };
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
@@ -378,24 +382,64 @@ async fn heap_upload(
 }
 
 /// Streams the body to `path`, at most [`MAX_HEAP_DUMP`] bytes.
-async fn receive(body: axum::body::Body, path: &std::path::Path) -> Result<u64, String> {
+/// How long a request body may pause before the request is dropped (a client trickling bytes
+/// would otherwise hold an upload slot and its buffers for ever).
+const BODY_STALL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The next frame of a request body; an error when the upload broke off or stalled.
+async fn next_frame(body: &mut axum::body::Body) -> Result<Option<axum::body::Bytes>, String> {
     use http_body_util::BodyExt;
+    loop {
+        match tokio::time::timeout(BODY_STALL, body.frame()).await {
+            Err(_) => {
+                return Err(format!("the upload stalled for {} s", BODY_STALL.as_secs()));
+            }
+            Ok(None) => return Ok(None),
+            Ok(Some(Err(e))) => return Err(format!("the upload broke off: {e}")),
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    return Ok(Some(data));
+                }
+            }
+        }
+    }
+}
+
+/// A whole request body of at most `limit` bytes (413 beyond it, 400 if it stalls or breaks).
+async fn read_body(
+    mut body: axum::body::Body,
+    limit: usize,
+) -> Result<Vec<u8>, (StatusCode, String)> {
+    let mut out = Vec::new();
+    while let Some(data) = next_frame(&mut body)
+        .await
+        .map_err(|e| (StatusCode::BAD_REQUEST, e))?
+    {
+        if out.len() + data.len() > limit {
+            return Err((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the body is larger than {limit} bytes"),
+            ));
+        }
+        out.extend_from_slice(&data);
+    }
+    Ok(out)
+}
+
+async fn receive(body: axum::body::Body, path: &std::path::Path) -> Result<u64, String> {
     use std::io::Write;
     let mut file = std::io::BufWriter::new(
         std::fs::File::create(path).map_err(|e| format!("cannot store the dump: {e}"))?,
     );
     let mut body = body;
     let mut total = 0u64;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| format!("the upload broke off: {e}"))?;
-        if let Ok(data) = frame.into_data() {
-            total += data.len() as u64;
-            if total > MAX_HEAP_DUMP {
-                return Err(format!("the dump is larger than {MAX_HEAP_DUMP} bytes"));
-            }
-            file.write_all(&data)
-                .map_err(|e| format!("cannot store the dump: {e}"))?;
+    while let Some(data) = next_frame(&mut body).await? {
+        total += data.len() as u64;
+        if total > MAX_HEAP_DUMP {
+            return Err(format!("the dump is larger than {MAX_HEAP_DUMP} bytes"));
         }
+        file.write_all(&data)
+            .map_err(|e| format!("cannot store the dump: {e}"))?;
     }
     file.flush()
         .map_err(|e| format!("cannot store the dump: {e}"))?;
