@@ -540,6 +540,19 @@ fn check_token_on_http(addr: &str, id: u64) {
     assert!(!String::from_utf8_lossy(&page).contains(TOKEN));
 }
 
+/// Opens the web UI at `url` of a collector with the test token: the page asks for the token
+/// once, and it is typed in.
+fn open_ui(b: &mut cdp::Browser, url: &str) {
+    b.navigate(url);
+    b.wait(
+        "the page to ask for the token",
+        "!document.getElementById('login').hidden",
+    );
+    b.eval("document.getElementById('token').focus()");
+    b.call("Input.insertText", serde_json::json!({ "text": TOKEN }));
+    b.click("#login button");
+}
+
 /// The page in headless Chromium, driven with the real mouse over the DevTools protocol: the VM
 /// (its pid and the user's command, not our -agentpath), the main thread with its stack and a
 /// strip of its recent states; a range dragged on the CPU chart gives a flame graph of exactly
@@ -552,15 +565,7 @@ fn check_web_ui(dir: &Path, addr: &str, id: u64) {
     };
     let pid = vm_pid(addr, id);
     let mut b = cdp::Browser::start(chromium, &dir.join("chromium"));
-    b.navigate(&format!("http://{addr}/?vm={id}&thread=main"));
-    // The collector has a token: the page asks for it once.
-    b.wait(
-        "the page to ask for the token",
-        "!document.getElementById('login').hidden",
-    );
-    b.eval("document.getElementById('token').focus()");
-    b.call("Input.insertText", serde_json::json!({ "text": TOKEN }));
-    b.click("#login button");
+    open_ui(&mut b, &format!("http://{addr}/?vm={id}&thread=main"));
     b.wait(
         "the page to load the VM, its main thread and stack",
         "document.body.dataset.loaded === '1' && document.getElementById('stack-title').textContent",
@@ -1056,17 +1061,13 @@ fn retention_and_delete_remove_vms_with_their_data() {
     let _g = serial();
     let dir = scratch("retention");
     let data = dir.join("data");
-    let mut cmd_extra = Command::new(jvmprof());
-    cmd_extra
-        .args(["serve", "--listen", "127.0.0.1:0", "--token", TOKEN])
-        .args(["--retention", "4s", "--rollup-after", "1s", "--data"])
-        .arg(&data);
-    let c = Proc::spawn(&mut cmd_extra);
-    let addr = wait_for("the collector to listen", || {
-        let err = c.stderr();
-        let rest = err.split("listening on ").nth(1)?;
-        Some(rest.split_whitespace().next()?.to_string())
-    });
+    let c = collector_with(
+        &data,
+        "127.0.0.1:0",
+        Some(TOKEN),
+        &["--retention", "4s", "--rollup-after", "1s"],
+    );
+    let addr = c.addr.clone();
     let mut stays = jvm(&format!("server={addr},token={TOKEN},refresh=200ms"), 300);
     let stays_id = wait_connected_in_work(&addr, stays.pid());
     let mut brief = jvm(&format!("server={addr},token={TOKEN},refresh=200ms"), 2);
@@ -1084,7 +1085,7 @@ fn retention_and_delete_remove_vms_with_their_data() {
     wait_for("the brief VM to expire", || {
         vm_by_pid(&addr, brief.pid()).is_none().then_some(())
     });
-    assert!(c.stderr().contains(&format!("VM {brief_id} expired")));
+    assert!(c.proc.stderr().contains(&format!("VM {brief_id} expired")));
     for path in [
         format!("/api/vms/{brief_id}/profile?format=collapsed"),
         format!("/api/vms/{brief_id}/threads"),
@@ -1238,14 +1239,7 @@ fn labels_filter_vms_and_merge_their_profiles() {
         return;
     };
     let mut b = cdp::Browser::start(chromium, &dir.join("chromium"));
-    b.navigate(&format!("http://{addr}/"));
-    b.wait(
-        "the page to ask for the token",
-        "!document.getElementById('login').hidden",
-    );
-    b.eval("document.getElementById('token').focus()");
-    b.call("Input.insertText", serde_json::json!({ "text": TOKEN }));
-    b.click("#login button");
+    open_ui(&mut b, &format!("http://{addr}/"));
     b.wait(
         "three VMs listed",
         "document.querySelectorAll('#vms tr.row').length === 3",

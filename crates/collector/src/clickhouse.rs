@@ -8,12 +8,13 @@
 //! The SQL sticks to what ClickHouse 18.16 (Debian's package) and current releases both accept:
 //! no TTL, no DateTime64, no LowCardinality.
 
-use crate::store::{Maintained, Retention, VmRecord, merge_profiles};
-use jvmprof_profile::{Frame, Meta, Metric, Profile, ProfileBuilder, Thread, ThreadState};
+use crate::queue::{Ledger, Queue};
+use crate::store::{Maintained, Retention, VmRecord, builder_like, merge_profiles};
+use jvmprof_profile::{Frame, Meta, Metric, Profile, ProfileBuilder, Thread};
 use jvmprof_proto::Snapshot;
+use jvmprof_proto::wire::{state_code, state_from};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Version of the tables below; a database holding another is refused with a message.
@@ -375,27 +376,13 @@ impl Pending {
     }
 }
 
-enum Write {
-    Vm(VmRecord),
-    Batch {
-        vm: u64,
-        seq: u64,
-        time_unix_ms: u64,
-        profile: Box<Profile>,
-    },
-    Snapshot {
-        vm: u64,
-        snapshot: Snapshot,
-    },
-    Barrier(tokio::sync::oneshot::Sender<()>),
-}
+/// ClickHouse's writer has no chores besides writing.
+type Write = crate::queue::Write<std::convert::Infallible>;
 
 #[derive(Clone)]
 pub struct ClickHouse {
     client: Client,
-    tx: mpsc::Sender<Write>,
-    backlog: Arc<AtomicUsize>,
-    committed: Arc<Mutex<HashMap<u64, u64>>>,
+    pub(crate) queue: Queue<std::convert::Infallible>,
 }
 
 impl ClickHouse {
@@ -411,23 +398,20 @@ impl ClickHouse {
                 .build(),
         };
         create_schema(&client)?;
-        let committed = Arc::new(Mutex::new(HashMap::new()));
+        let mut committed = HashMap::new();
         {
             let db = &client.db;
             let bytes = client.query(&format!("SELECT vm, max(seq) FROM {db}.seqs GROUP BY vm"))?;
             let mut r = Reader { b: &bytes };
-            let mut c = committed.lock().unwrap();
             while !r.done() {
                 let vm = r.u64()?;
-                c.insert(vm, r.u64()?);
+                committed.insert(vm, r.u64()?);
             }
         }
-        let (tx, rx) = mpsc::channel::<Write>();
-        let backlog = Arc::new(AtomicUsize::new(0));
+        let (queue, rx, ledger) = Queue::new(committed);
         let writer = Writer {
             client: client.clone(),
-            committed: committed.clone(),
-            backlog: backlog.clone(),
+            ledger,
             known_stacks: HashSet::new(),
             meta_sent: HashSet::new(),
             pending: Pending::default(),
@@ -438,56 +422,7 @@ impl ClickHouse {
         std::thread::Builder::new()
             .name("clickhouse writer".into())
             .spawn(move || writer.run(rx))?;
-        Ok(ClickHouse {
-            client,
-            tx,
-            backlog,
-            committed,
-        })
-    }
-
-    fn send(&self, w: Write) {
-        self.backlog.fetch_add(1, Ordering::Relaxed);
-        if self.tx.send(w).is_err() {
-            self.backlog.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-
-    pub fn backlog(&self) -> usize {
-        self.backlog.load(Ordering::Relaxed)
-    }
-
-    pub fn committed(&self, vm: u64) -> u64 {
-        self.committed
-            .lock()
-            .unwrap()
-            .get(&vm)
-            .copied()
-            .unwrap_or(0)
-    }
-
-    pub fn put_vm(&self, vm: VmRecord) {
-        self.send(Write::Vm(vm));
-    }
-
-    pub fn put_batch(&self, vm: u64, seq: u64, time_unix_ms: u64, profile: Profile) {
-        self.send(Write::Batch {
-            vm,
-            seq,
-            time_unix_ms,
-            profile: Box::new(profile),
-        });
-    }
-
-    pub fn put_snapshot(&self, vm: u64, snapshot: Snapshot) {
-        self.send(Write::Snapshot { vm, snapshot });
-    }
-
-    /// Resolves once everything queued before it is in ClickHouse (or could not be written).
-    pub async fn barrier(&self) {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.send(Write::Barrier(tx));
-        let _ = rx.await;
+        Ok(ClickHouse { client, queue })
     }
 
     pub fn vms(&self) -> anyhow::Result<Vec<VmRecord>> {
@@ -653,13 +588,14 @@ impl ClickHouse {
     }
 
     /// The samples of `vms` in `[from, to]` merged into one profile (frames from the stacks
-    /// table, metrics matched by name); `None` when there are none.
+    /// table, metrics matched by name) with the oldest and newest sample times; `None` when
+    /// there are none.
     pub fn profile_of(
         &self,
         vms: &[VmRecord],
         from: u64,
         to: u64,
-    ) -> anyhow::Result<Option<Profile>> {
+    ) -> anyhow::Result<Option<(Profile, u64, u64)>> {
         if vms.is_empty() {
             return Ok(None);
         }
@@ -667,7 +603,10 @@ impl ClickHouse {
         let ids: Vec<u64> = vms.iter().map(|v| v.id).collect();
         let metas = self.metas(&ids)?;
         let Source {
-            cond, table, sum, ..
+            cond,
+            table,
+            sum,
+            time,
         } = self.source(&ids, from, to)?;
         let stacks_bytes = self.client.query(&format!(
             "SELECT hash, any(frames) FROM {db}.stacks WHERE hash IN \
@@ -682,31 +621,28 @@ impl ClickHouse {
             stacks.insert(hash, frames);
         }
         let bytes = self.client.query(&format!(
-            "SELECT vm, stack, tid, thread, state, {sum} FROM {db}.{table} WHERE {cond} \
+            "SELECT vm, stack, tid, thread, state, {sum}, toUInt64(min({time})), \
+             toUInt64(max({time})) FROM {db}.{table} WHERE {cond} \
              GROUP BY vm, stack, tid, thread, state"
         ))?;
         let mut per_vm: HashMap<u64, ProfileBuilder> = HashMap::new();
         let mut frame_ids: HashMap<u64, HashMap<u64, u32>> = HashMap::new();
+        let (mut first, mut last) = (u64::MAX, 0);
         let mut r = Reader { b: &bytes };
         while !r.done() {
             let vm = r.u64()?;
             let stack = r.u64()?;
             let tid = r.i64()?;
             let thread = r.string()?;
-            let state = state_from(r.u8()?);
+            let state = state_from(r.u8()?).unwrap_or_default();
             let values = r.u64s()?;
+            first = first.min(r.u64()?);
+            last = last.max(r.u64()?);
             let Some(meta) = metas.get(&vm) else { continue };
             let Some(frames) = stacks.get(&stack) else {
                 continue;
             };
-            let b = per_vm.entry(vm).or_insert_with(|| {
-                ProfileBuilder::new(Meta {
-                    modes: meta.modes.clone(),
-                    metrics: meta.metrics.clone(),
-                    interval_ns: meta.interval_ns,
-                    ..Meta::default()
-                })
-            });
+            let b = per_vm.entry(vm).or_insert_with(|| builder_like(meta));
             let ids = frame_ids.entry(vm).or_default();
             let s = match ids.get(&stack) {
                 Some(s) => *s,
@@ -726,24 +662,7 @@ impl ClickHouse {
             b.add(t, s, state, &v);
         }
         let profiles: Vec<Profile> = per_vm.into_values().map(|b| b.finish()).collect();
-        Ok(merge_profiles(profiles).map(|b| b.finish()))
-    }
-
-    /// The oldest and newest sample times of `vms` in `[from, to]`.
-    pub fn time_span(&self, vms: &[u64], from: u64, to: u64) -> anyhow::Result<(u64, u64)> {
-        let db = &self.client.db;
-        let Source {
-            cond, table, time, ..
-        } = self.source(vms, from, to)?;
-        let col = time;
-        let bytes = self.client.query(&format!(
-            "SELECT toUInt64(min({col})), toUInt64(max({col})) FROM {db}.{table} WHERE {cond}"
-        ))?;
-        let mut r = Reader { b: &bytes };
-        if r.done() {
-            return Ok((0, 0));
-        }
-        Ok((r.u64()?, r.u64()?))
+        Ok(merge_profiles(profiles).map(|b| (b.finish(), first, last)))
     }
 
     /// Drops daily partitions past the retention (samples, minutes, snapshots) and the raw
@@ -815,7 +734,7 @@ impl ClickHouse {
             self.client
                 .exec(&format!("ALTER TABLE {db}.{table} DELETE WHERE vm = {id}"))?;
         }
-        self.committed.lock().unwrap().remove(&id);
+        self.queue.forget(id);
         Ok(id)
     }
 }
@@ -848,27 +767,6 @@ fn day_end_ms(partition: &str) -> Option<u64> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     u64::try_from(days + 1).ok().map(|d| d * DAY_MS)
-}
-
-fn state_code(s: ThreadState) -> u8 {
-    s as u8
-}
-
-fn state_from(c: u8) -> ThreadState {
-    use ThreadState::*;
-    [
-        Unknown,
-        Running,
-        Sleeping,
-        Blocked,
-        Waiting,
-        TimedWaiting,
-        Parked,
-        Native,
-    ]
-    .get(c as usize)
-    .copied()
-    .unwrap_or(Unknown)
 }
 
 fn vm_row(rows: &mut Rows, vm: &VmRecord, deleted: bool) {
@@ -958,8 +856,7 @@ fn create_schema(c: &Client) -> anyhow::Result<()> {
 /// The writer thread's state.
 struct Writer {
     client: Client,
-    committed: Arc<Mutex<HashMap<u64, u64>>>,
-    backlog: Arc<AtomicUsize>,
+    ledger: Ledger,
     known_stacks: HashSet<u64>,
     /// VMs whose metadata this collector has written.
     meta_sent: HashSet<u64>,
@@ -979,7 +876,7 @@ impl Writer {
             match rx.recv_timeout(wait) {
                 Ok(w) => {
                     self.add(w);
-                    self.backlog.fetch_sub(1, Ordering::Relaxed);
+                    self.ledger.handled(1);
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -1010,6 +907,7 @@ impl Writer {
                 p.snapshots.count += 1;
             }
             Write::Barrier(tx) => self.barriers.push(tx),
+            Write::Chore(never) => match never {},
             Write::Batch {
                 vm,
                 seq,
@@ -1091,12 +989,7 @@ impl Writer {
         })();
         match result {
             Ok(()) => {
-                let newest = std::mem::take(&mut self.pending.newest);
-                let mut c = self.committed.lock().unwrap();
-                for (vm, seq) in newest {
-                    let e = c.entry(vm).or_insert(0);
-                    *e = (*e).max(seq);
-                }
+                self.ledger.commit(std::mem::take(&mut self.pending.newest));
                 if self.failing {
                     self.failing = false;
                     eprintln!(

@@ -16,6 +16,7 @@ pub mod heaps;
 pub mod http;
 pub mod ingest;
 pub mod push;
+mod queue;
 pub mod store;
 
 use analysis::{Analysis, CallGraphs, LiveView, Profiles, Trace};

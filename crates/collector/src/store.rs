@@ -6,15 +6,14 @@
 //! one profile per VM and minute, so a query over a day reads at most 1,440 of them, and data
 //! and VMs older than the retention are deleted.
 
+use crate::queue::{Ledger, Queue};
 use jvmprof_profile::{Frame, Meta, Profile, ProfileBuilder};
 use jvmprof_proto::Snapshot;
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// redb's page cache.
@@ -201,19 +200,8 @@ pub struct Maintained {
 
 type Reply<T> = tokio::sync::oneshot::Sender<anyhow::Result<T>>;
 
-enum Write {
-    Vm(VmRecord),
-    Batch {
-        vm: u64,
-        seq: u64,
-        time_unix_ms: u64,
-        profile: Box<Profile>,
-    },
-    Snapshot {
-        vm: u64,
-        snapshot: Snapshot,
-    },
-    Barrier(tokio::sync::oneshot::Sender<()>),
+/// What redb's writer does besides writing, in queue order.
+pub(crate) enum Chore {
     Maintain {
         now_ms: u64,
         retention: Retention,
@@ -226,15 +214,13 @@ enum Write {
     },
 }
 
+type Write = crate::queue::Write<Chore>;
+
 /// The embedded redb store (the default).
 #[derive(Clone)]
 pub struct Redb {
     db: Arc<Database>,
-    tx: mpsc::Sender<Write>,
-    /// Writes queued and not yet committed (connections wait when it grows: see `backlog`).
-    backlog: Arc<AtomicUsize>,
-    /// vm → seq of the newest batch known to be committed.
-    committed: Arc<Mutex<HashMap<u64, u64>>>,
+    pub(crate) queue: Queue<Chore>,
 }
 
 fn encode<T: Serialize>(v: &T) -> Vec<u8> {
@@ -295,21 +281,17 @@ impl Redb {
             }
             max
         };
-        let committed = Arc::new(Mutex::new(HashMap::new()));
+        let mut committed = HashMap::new();
         {
             let r = db.begin_read()?;
             let t = r.open_table(SEQS)?;
-            let mut c = committed.lock().unwrap();
             for e in t.iter()? {
                 let (k, v) = e?;
-                c.insert(k.value(), v.value());
+                committed.insert(k.value(), v.value());
             }
         }
-        let (tx, rx) = mpsc::channel::<Write>();
+        let (queue, rx, ledger) = Queue::new(committed);
         let wdb = db.clone();
-        let wcommitted = committed.clone();
-        let backlog = Arc::new(AtomicUsize::new(0));
-        let wbacklog = backlog.clone();
         std::thread::Builder::new()
             .name("store writer".into())
             .spawn(move || {
@@ -324,33 +306,32 @@ impl Redb {
                     let n = writes.len();
                     // Maintenance and deletions run after the writes queued with them, each
                     // in a transaction of its own.
-                    let (writes, chores): (Vec<Write>, Vec<Write>) =
-                        writes.into_iter().partition(|w| {
-                            !matches!(w, Write::Maintain { .. } | Write::DeleteVm { .. })
-                        });
-                    if let Err(e) = commit(&wdb, &mut seq, &mut dicts, &wcommitted, writes) {
+                    let (writes, chores): (Vec<Write>, Vec<Write>) = writes
+                        .into_iter()
+                        .partition(|w| !matches!(w, Write::Chore(_)));
+                    if let Err(e) = commit(&wdb, &mut seq, &mut dicts, &ledger, writes) {
                         eprintln!("jvmprof serve: storage write failed: {e}");
                         // The dictionaries may hold ids of the failed transaction: reload.
                         dicts.clear();
                     }
                     for chore in chores {
                         match chore {
-                            Write::Maintain {
+                            Write::Chore(Chore::Maintain {
                                 now_ms,
                                 retention,
                                 connected,
                                 reply,
-                            } => {
+                            }) => {
                                 let done = maintain(&wdb, now_ms, retention, &connected);
                                 if let Ok(done) = &done {
                                     for vm in &done.removed_vms {
                                         dicts.remove(vm);
-                                        wcommitted.lock().unwrap().remove(vm);
+                                        ledger.forget(*vm);
                                     }
                                 }
                                 let _ = reply.send(done);
                             }
-                            Write::DeleteVm { vm, reply } => {
+                            Write::Chore(Chore::DeleteVm { vm, reply }) => {
                                 let done = (|| {
                                     let w = wdb.begin_write()?;
                                     delete_vm(&w, vm)?;
@@ -358,71 +339,16 @@ impl Redb {
                                     anyhow::Ok(())
                                 })();
                                 dicts.remove(&vm);
-                                wcommitted.lock().unwrap().remove(&vm);
+                                ledger.forget(vm);
                                 let _ = reply.send(done);
                             }
                             _ => {}
                         }
                     }
-                    wbacklog.fetch_sub(n, Ordering::Relaxed);
+                    ledger.handled(n);
                 }
             })?;
-        Ok(Redb {
-            db,
-            tx,
-            backlog,
-            committed,
-        })
-    }
-
-    /// The seq of the newest committed batch of `vm` (0: none).
-    pub fn committed(&self, vm: u64) -> u64 {
-        self.committed
-            .lock()
-            .unwrap()
-            .get(&vm)
-            .copied()
-            .unwrap_or(0)
-    }
-
-    fn send(&self, w: Write) {
-        self.backlog.fetch_add(1, Ordering::Relaxed);
-        if self.tx.send(w).is_err() {
-            self.backlog.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Writes queued but not yet committed.
-    pub fn backlog(&self) -> usize {
-        self.backlog.load(Ordering::Relaxed)
-    }
-
-    pub fn put_vm(&self, vm: VmRecord) {
-        self.send(Write::Vm(vm));
-    }
-
-    pub fn put_batch(&self, vm: u64, seq: u64, time_unix_ms: u64, profile: Profile) {
-        self.send(Write::Batch {
-            vm,
-            seq,
-            time_unix_ms,
-            profile: Box::new(profile),
-        });
-    }
-
-    pub fn put_snapshot(&self, vm: u64, snapshot: Snapshot) {
-        self.send(Write::Snapshot { vm, snapshot });
-    }
-
-    /// Resolves once everything queued before it is committed.
-    pub async fn barrier(&self) {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.backlog.fetch_add(1, Ordering::Relaxed);
-        if self.tx.send(Write::Barrier(tx)).is_ok() {
-            let _ = rx.await;
-        } else {
-            self.backlog.fetch_sub(1, Ordering::Relaxed);
-        }
+        Ok(Redb { db, queue })
     }
 
     /// Rolls up old batches and deletes expired data and VMs (not those in `connected`), as of
@@ -434,12 +360,12 @@ impl Redb {
         connected: HashSet<u64>,
     ) -> anyhow::Result<Maintained> {
         let (reply, rx) = tokio::sync::oneshot::channel();
-        self.send(Write::Maintain {
+        self.queue.send(Write::Chore(Chore::Maintain {
             now_ms,
             retention,
             connected,
             reply,
-        });
+        }));
         rx.await
             .map_err(|_| anyhow::anyhow!("the store writer has stopped"))?
     }
@@ -447,7 +373,7 @@ impl Redb {
     /// Deletes a VM and everything stored of it.
     pub async fn delete_vm(&self, vm: u64) -> anyhow::Result<()> {
         let (reply, rx) = tokio::sync::oneshot::channel();
-        self.send(Write::DeleteVm { vm, reply });
+        self.queue.send(Write::Chore(Chore::DeleteVm { vm, reply }));
         rx.await
             .map_err(|_| anyhow::anyhow!("the store writer has stopped"))?
     }
@@ -557,18 +483,21 @@ impl Redb {
     }
 }
 
+/// An empty profile with `meta`'s modes, metrics and interval, to merge samples into.
+pub(crate) fn builder_like(meta: &Meta) -> ProfileBuilder {
+    ProfileBuilder::new(Meta {
+        modes: meta.modes.clone(),
+        metrics: meta.metrics.clone(),
+        interval_ns: meta.interval_ns,
+        ..Meta::default()
+    })
+}
+
 /// Merges whole profiles (of different VMs: frames matched by value, metrics by name) into one.
 pub fn merge_profiles(profiles: Vec<Profile>) -> Option<ProfileBuilder> {
     let mut merged: Option<ProfileBuilder> = None;
     for mut p in profiles {
-        let b = merged.get_or_insert_with(|| {
-            ProfileBuilder::new(Meta {
-                modes: p.meta.modes.clone(),
-                metrics: p.meta.metrics.clone(),
-                interval_ns: p.meta.interval_ns,
-                ..Meta::default()
-            })
-        });
+        let b = merged.get_or_insert_with(|| builder_like(&p.meta));
         let ids: Vec<u32> = p.frames.iter().map(|f| b.frame(f.clone())).collect();
         if p.stacks.map_frames(|f| anyhow::Ok(ids[f as usize])).is_ok() {
             merge_stacks(b, &p);
@@ -612,43 +541,43 @@ impl Store {
 
     pub fn committed(&self, vm: u64) -> u64 {
         match self {
-            Store::Redb(s) => s.committed(vm),
-            Store::ClickHouse(c) => c.committed(vm),
+            Store::Redb(s) => s.queue.committed(vm),
+            Store::ClickHouse(c) => c.queue.committed(vm),
         }
     }
 
     pub fn backlog(&self) -> usize {
         match self {
-            Store::Redb(s) => s.backlog(),
-            Store::ClickHouse(c) => c.backlog(),
+            Store::Redb(s) => s.queue.backlog(),
+            Store::ClickHouse(c) => c.queue.backlog(),
         }
     }
 
     pub fn put_vm(&self, vm: VmRecord) {
         match self {
-            Store::Redb(s) => s.put_vm(vm),
-            Store::ClickHouse(c) => c.put_vm(vm),
+            Store::Redb(s) => s.queue.put_vm(vm),
+            Store::ClickHouse(c) => c.queue.put_vm(vm),
         }
     }
 
     pub fn put_batch(&self, vm: u64, seq: u64, time_unix_ms: u64, profile: Profile) {
         match self {
-            Store::Redb(s) => s.put_batch(vm, seq, time_unix_ms, profile),
-            Store::ClickHouse(c) => c.put_batch(vm, seq, time_unix_ms, profile),
+            Store::Redb(s) => s.queue.put_batch(vm, seq, time_unix_ms, profile),
+            Store::ClickHouse(c) => c.queue.put_batch(vm, seq, time_unix_ms, profile),
         }
     }
 
     pub fn put_snapshot(&self, vm: u64, snapshot: Snapshot) {
         match self {
-            Store::Redb(s) => s.put_snapshot(vm, snapshot),
-            Store::ClickHouse(c) => c.put_snapshot(vm, snapshot),
+            Store::Redb(s) => s.queue.put_snapshot(vm, snapshot),
+            Store::ClickHouse(c) => c.queue.put_snapshot(vm, snapshot),
         }
     }
 
     pub async fn barrier(&self) {
         match self {
-            Store::Redb(s) => s.barrier().await,
-            Store::ClickHouse(c) => c.barrier().await,
+            Store::Redb(s) => s.queue.barrier().await,
+            Store::ClickHouse(c) => c.queue.barrier().await,
         }
     }
 
@@ -710,10 +639,9 @@ impl Store {
         match self {
             Store::Redb(s) => s.profile(vm, from, to),
             Store::ClickHouse(c) => {
-                let mut p = c
+                let (mut p, first, last) = c
                     .profile_of(std::slice::from_ref(vm), from, to)?
-                    .unwrap_or_else(empty_profile);
-                let (first, last) = c.time_span(&[vm.id], from, to)?;
+                    .unwrap_or_else(|| (empty_profile(), 0, 0));
                 describe_vm(&mut p.meta, vm, first, last);
                 Ok(p)
             }
@@ -729,11 +657,9 @@ impl Store {
         match self {
             Store::Redb(s) => s.merged_profile(vms, from, to),
             Store::ClickHouse(c) => {
-                let Some(mut p) = c.profile_of(vms, from, to)? else {
+                let Some((mut p, first, last)) = c.profile_of(vms, from, to)? else {
                     return Ok(None);
                 };
-                let ids: Vec<u64> = vms.iter().map(|v| v.id).collect();
-                let (first, last) = c.time_span(&ids, from, to)?;
                 describe_vms(&mut p.meta, vms, first, last);
                 Ok(Some(p))
             }
@@ -841,14 +767,9 @@ impl Merger {
     }
 
     fn add(&mut self, stored: StoredProfile) -> anyhow::Result<()> {
-        let b = self.merged.get_or_insert_with(|| {
-            ProfileBuilder::new(Meta {
-                modes: stored.meta.modes.clone(),
-                metrics: stored.meta.metrics.clone(),
-                interval_ns: stored.meta.interval_ns,
-                ..Meta::default()
-            })
-        });
+        let b = self
+            .merged
+            .get_or_insert_with(|| builder_like(&stored.meta));
         let mut p = Profile::from(stored);
         let (dict, ids) = (&self.dict, &mut self.ids);
         p.stacks.map_frames(|f| {
@@ -1008,7 +929,7 @@ fn commit(
     db: &Database,
     seq: &mut u64,
     dicts: &mut HashMap<u64, HashMap<Frame, u32>>,
-    committed: &Mutex<HashMap<u64, u64>>,
+    ledger: &Ledger,
     writes: Vec<Write>,
 ) -> anyhow::Result<()> {
     let mut barriers = Vec::new();
@@ -1077,12 +998,12 @@ fn commit(
                 }
                 Write::Barrier(tx) => barriers.push(tx),
                 // Run by the writer loop after the commit.
-                Write::Maintain { .. } | Write::DeleteVm { .. } => {}
+                Write::Chore(_) => {}
             }
         }
     }
     w.commit()?;
-    committed.lock().unwrap().extend(newest);
+    ledger.commit(newest);
     for b in barriers {
         let _ = b.send(());
     }
@@ -1227,13 +1148,19 @@ mod tests {
         };
         {
             let store = Redb::open(&dir).unwrap();
-            store.put_vm(vm.clone());
-            store.put_batch(3, 1, 1000, batch(&[("A", "main"), ("A", "work")], 2));
-            store.put_batch(3, 2, 2000, batch(&[("A", "main"), ("B", "io")], 5));
-            store.put_batch(3, 3, 3000, batch(&[("A", "main"), ("A", "work")], 1));
-            rt.block_on(store.barrier());
-            assert_eq!(store.committed(3), 3);
-            assert_eq!(store.committed(4), 0);
+            store.queue.put_vm(vm.clone());
+            store
+                .queue
+                .put_batch(3, 1, 1000, batch(&[("A", "main"), ("A", "work")], 2));
+            store
+                .queue
+                .put_batch(3, 2, 2000, batch(&[("A", "main"), ("B", "io")], 5));
+            store
+                .queue
+                .put_batch(3, 3, 3000, batch(&[("A", "main"), ("A", "work")], 1));
+            rt.block_on(store.queue.barrier());
+            assert_eq!(store.queue.committed(3), 3);
+            assert_eq!(store.queue.committed(4), 0);
             assert_eq!(
                 collapsed(&store.profile(&vm, 0, u64::MAX).unwrap()),
                 "A.main;A.work 3\nA.main;B.io 5\n"
@@ -1248,9 +1175,11 @@ mod tests {
         // new batches reuse the dictionary.
         let store = open_retrying(&dir);
         assert_eq!(store.vms().unwrap(), vec![vm.clone()]);
-        assert_eq!(store.committed(3), 3);
-        store.put_batch(3, 4, 4000, batch(&[("A", "main"), ("C", "new")], 7));
-        rt.block_on(store.barrier());
+        assert_eq!(store.queue.committed(3), 3);
+        store
+            .queue
+            .put_batch(3, 4, 4000, batch(&[("A", "main"), ("C", "new")], 7));
+        rt.block_on(store.queue.barrier());
         assert_eq!(
             collapsed(&store.profile(&vm, 0, u64::MAX).unwrap()),
             "A.main;A.work 3\nA.main;B.io 5\nA.main;C.new 7\n"
@@ -1297,7 +1226,7 @@ mod retention_tests {
         let (old, fresh, gone) = (vm(1, now), vm(2, now), vm(3, now - 9 * DAY));
         let store = Redb::open(&dir).unwrap();
         for v in [&old, &fresh, &gone] {
-            store.put_vm(v.clone());
+            store.queue.put_vm(v.clone());
         }
         // VM 1: four batches a minute for 90 minutes, two hours ago, one 8 days ago.
         let mut seq = 0;
@@ -1310,14 +1239,22 @@ mod retention_tests {
                 } else {
                     &[("A", "main"), ("B", "io")]
                 };
-                store.put_batch(1, seq, start + m * MIN + q * 15_000, batch(frames, q + 1));
+                store
+                    .queue
+                    .put_batch(1, seq, start + m * MIN + q * 15_000, batch(frames, q + 1));
             }
         }
-        store.put_batch(1, seq + 1, now - 8 * DAY, batch(&[("C", "old")], 7));
+        store
+            .queue
+            .put_batch(1, seq + 1, now - 8 * DAY, batch(&[("C", "old")], 7));
         // VM 2: recent batches only; VM 3: last seen 9 days ago.
-        store.put_batch(2, 1, now - 1000, batch(&[("D", "new")], 3));
-        store.put_batch(3, 1, now - 9 * DAY, batch(&[("E", "gone")], 4));
-        rt.block_on(store.barrier());
+        store
+            .queue
+            .put_batch(2, 1, now - 1000, batch(&[("D", "new")], 3));
+        store
+            .queue
+            .put_batch(3, 1, now - 9 * DAY, batch(&[("E", "gone")], 4));
+        rt.block_on(store.queue.barrier());
         let whole = collapsed(&store.profile(&old, 0, u64::MAX).unwrap());
         let window = (start + 10 * MIN, start + 40 * MIN - 1);
         let part = collapsed(&store.profile(&old, window.0, window.1).unwrap());
