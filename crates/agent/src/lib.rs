@@ -31,7 +31,7 @@ pub mod stream;
 pub mod symbols;
 mod writer;
 
-use engine::{exact, parks};
+use engine::{exact, parks, subgraph};
 use jvmprof_jvmti::bindings::agent::AgentLoadContext;
 use jvmprof_jvmti::bindings::callbacks::{
     CallbackContext, ClassEvent, ClassFileLoadHookEvent, MonitorEvent, MonitorWaitEvent,
@@ -139,8 +139,13 @@ impl JvmprofAgent {
                 if options.lock.is_some() {
                     parks::on_load(&g.env);
                 }
-                // Exact mode's capabilities and boot class path entry are OnLoad matters.
+                // Exact mode's capabilities and boot class path entry are OnLoad matters (root
+                // sessions define their runtime when they start, at launch or attach).
                 if let Some(x) = &options.exact
+                    && !x.roots.is_empty()
+                {
+                    let _ = g.env.add_retransform_capability();
+                } else if let Some(x) = &options.exact
                     && let Err(e) = exact::on_load(&g.env, x)
                 {
                     say(&format!("{e}; profiling is off, the application continues"));
@@ -281,6 +286,8 @@ impl Agent for JvmprofAgent {
         let env = Env::from_context(&context);
         env.prepare_class_methods(event_class(event.class()));
         exact::class_prepared(&env, event_class(event.class()));
+        let jni = Jni::from_context(&context);
+        subgraph::class_prepared(&env, jni.as_ref(), event_class(event.class()));
     }
 
     fn class_file_load_hook<'c>(
@@ -291,7 +298,10 @@ impl Agent for JvmprofAgent {
         let jni = Jni::from_context(&context);
         let name = event.name_str().ok().flatten();
         let loader = event_object(event.loader());
-        let exact = exact::transform(jni.as_ref(), name.as_deref(), loader, event.class_data());
+        let exact = exact::transform(jni.as_ref(), name.as_deref(), loader, event.class_data())
+            .or_else(|| {
+                subgraph::transform(jni.as_ref(), name.as_deref(), loader, event.class_data())
+            });
         // Lock mode times LockSupport's parks, on top of whatever exact mode made of it.
         let data = exact.as_deref().unwrap_or(event.class_data());
         let parks = parks::transform(name.as_deref(), loader.is_null(), data);

@@ -125,7 +125,7 @@ impl Session {
     fn describe(&self) -> serde_json::Value {
         let o = &self.shared.options;
         let now = unix_ms();
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "running": !self.finished(),
             "modes": o.modes(),
             "interval_ns": o.interval.as_nanos() as u64,
@@ -137,7 +137,13 @@ impl Session {
             "file": o.owner_file.as_ref().or(o.file.as_ref()).map(|f| f.display().to_string()),
             "server": o.server,
             "owner_pid": o.owner.map(|(pid, _)| pid),
-        })
+        });
+        for e in &self.shared.engines {
+            for (k, x) in e.status() {
+                v[k] = x;
+            }
+        }
+        v
     }
 }
 

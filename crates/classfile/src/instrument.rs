@@ -146,7 +146,14 @@ fn rewrite_method(
         Probes::BytecodesPrecise => add_block_counters(cf, &mut code, Mode::Precise)?,
         Probes::Exact(mode) => {
             let id = table.names.len() as i32;
-            *note = add_contexts(cf, &mut code, id, mname == "<init>", mode)?;
+            let p = ContextProbes {
+                runtime: RUNTIME_CLASS,
+                node: NODE_CLASS,
+                open: "open",
+                bytecodes: Some(mode),
+                reflect: false,
+            };
+            *note = add_contexts(cf, &mut code, id, mname == "<init>", &p)?;
             table.names.push(name());
         }
     }
@@ -315,6 +322,42 @@ const ASTORE: u8 = 0x3a;
 const LADD: u8 = 0x61;
 const I2L: u8 = 0x85;
 const INVOKEVIRTUAL: u8 = 0xb6;
+const DUP_X2: u8 = 0x5b;
+const DUP2_X1: u8 = 0x5d;
+const POP2: u8 = 0x58;
+
+/// What the calling-context pass calls: the exact mode's runtime, or the root-subgraph one.
+#[derive(Debug, Clone, Copy)]
+pub struct ContextProbes<'a> {
+    /// The runtime class (`open`, `close`, `count`, `restore`, `reflect`).
+    pub runtime: &'a str,
+    /// Its context node class.
+    pub node: &'a str,
+    /// The entry probe's name (`open`; a root method's is `openRoot`).
+    pub open: &'a str,
+    /// Count executed bytecodes with these basic blocks, or not at all.
+    pub bytecodes: Option<Mode>,
+    /// Hand the `Method` of each `Method.invoke` call to `reflect` first.
+    pub reflect: bool,
+}
+
+/// `invokevirtual java/lang/reflect/Method.invoke(Object, Object[])`.
+fn is_method_invoke(cf: &ClassFile, insn: &Insn) -> bool {
+    let Insn::Ref {
+        op: INVOKEVIRTUAL,
+        index,
+    } = insn
+    else {
+        return false;
+    };
+    cf.constant_pool
+        .member_ref(*index)
+        .is_some_and(|(c, n, d)| {
+            c == "java/lang/reflect/Method"
+                && n == "invoke"
+                && d == "(Ljava/lang/Object;[Ljava/lang/Object;)Ljava/lang/Object;"
+        })
+}
 
 fn is_invoke(insn: &Insn) -> bool {
     matches!(
@@ -333,31 +376,41 @@ fn is_invoke(insn: &Insn) -> bool {
 /// (a handler may not cover code where `this` is uninitialized). When no such point exists
 /// (control flow crosses the call) the constructor gets no catch-all handler, and the returned
 /// note says that an exception leaving it is closed by the frame that catches it.
-fn add_contexts(
+pub(crate) fn add_contexts(
     cf: &mut ClassFile,
     code: &mut Code,
     id: i32,
     ctor: bool,
-    mode: Mode,
+    p: &ContextProbes,
 ) -> std::result::Result<Option<String>, String> {
-    let node_class = cf.constant_pool.add_class(NODE_CLASS).map_err(|x| x.what)?;
-    let node_desc = format!("L{NODE_CLASS};");
+    let runtime = p.runtime;
+    let node_class = cf.constant_pool.add_class(p.node).map_err(|x| x.what)?;
+    let node_desc = format!("L{};", p.node);
     let open = cf
         .constant_pool
-        .add_methodref(RUNTIME_CLASS, "open", &format!("(I){node_desc}"))
+        .add_methodref(runtime, p.open, &format!("(I){node_desc}"))
         .map_err(|x| x.what)?;
     let close = cf
         .constant_pool
-        .add_methodref(RUNTIME_CLASS, "close", &format!("({node_desc}J)V"))
+        .add_methodref(runtime, "close", &format!("({node_desc}J)V"))
         .map_err(|x| x.what)?;
     let count = cf
         .constant_pool
-        .add_methodref(RUNTIME_CLASS, "count", &format!("({node_desc}J)V"))
+        .add_methodref(runtime, "count", &format!("({node_desc}J)V"))
         .map_err(|x| x.what)?;
     let restore = cf
         .constant_pool
-        .add_methodref(RUNTIME_CLASS, "restore", &format!("({node_desc})V"))
+        .add_methodref(runtime, "restore", &format!("({node_desc})V"))
         .map_err(|x| x.what)?;
+    let reflect = if p.reflect {
+        Some(
+            cf.constant_pool
+                .add_methodref(runtime, "reflect", "(Ljava/lang/reflect/Method;)V")
+                .map_err(|x| x.what)?,
+        )
+    } else {
+        None
+    };
     // Where the catch-all handler starts: after super()/this() in a constructor.
     let mut note = None;
     let handler_from = if ctor && cf.super_class != 0 {
@@ -374,7 +427,10 @@ fn add_contexts(
         Some(0)
     };
     let original_locals = code.max_locals;
-    let blocks = bba::basic_blocks(code, mode);
+    let blocks = match p.bytecodes {
+        Some(mode) => bba::basic_blocks(code, mode),
+        None => Vec::new(),
+    };
     // Before any handler changes below (they refer to labels placed only later).
     let depths = monitor_depths(code);
     let counter = code.add_local(VType::Long).map_err(|x| x.what)?;
@@ -385,9 +441,13 @@ fn add_contexts(
         op: ALOAD,
         index: node,
     };
-    let push_count = Insn::Local {
-        op: LLOAD,
-        index: counter,
+    // Without bytecode counting the counter stays 0 and is never read: `close` gets a 0.
+    let push_count = match p.bytecodes {
+        Some(_) => Insn::Local {
+            op: LLOAD,
+            index: counter,
+        },
+        None => Insn::Simple(LCONST_0),
     };
     let reset = [
         Insn::Simple(LCONST_0),
@@ -478,6 +538,22 @@ fn add_contexts(
             dirty = true;
         }
         let returns = matches!(insn, Insn::Simple(op) if is_return(*op));
+        if let Some(reflect) = reflect
+            && is_method_invoke(cf, insn)
+        {
+            // [.., method, target, args]: a copy of the method for the runtime, the stack
+            // unchanged after (dup2_x1, pop2 → [.., target, args, method]; dup_x2 →
+            // [.., method, target, args, method]; the call takes the copy).
+            inserts.entry(i).or_default().extend([
+                Insn::Simple(DUP2_X1),
+                Insn::Simple(POP2),
+                Insn::Simple(DUP_X2),
+                Insn::Ref {
+                    op: INVOKESTATIC,
+                    index: reflect,
+                },
+            ]);
+        }
         if returns || (dirty && is_invoke(insn)) {
             let v = inserts.entry(i).or_default();
             v.extend([

@@ -7,6 +7,7 @@
 //!   StackMapTable relocation in the most compact legal frame forms.
 //! - [`bba`]: basic-block analysis, default and precise (Binder & Hulaas, JP).
 //! - [`instrument`]: the passes (`none`, method entry/exit, basic-block counters).
+//! - [`subgraph`]: call targets, class headers and the probe pass of root-method profiling.
 #![forbid(unsafe_code)]
 
 pub mod bba;
@@ -20,6 +21,7 @@ pub mod mutf8;
 pub mod offline;
 pub mod opcodes;
 pub mod runtime;
+pub mod subgraph;
 pub mod timing;
 
 pub use class::{

@@ -49,5 +49,11 @@ pub fn run(args: Args) -> Result<i32> {
         threads: args.threads,
     };
     jvmprof_profile::write(&profile, format, &options, std::io::BufWriter::new(out))?;
+    if let Some(side) = jvmprof_cli::write_method_stats_beside(&profile, format, &args.output)? {
+        eprintln!(
+            "jvmprof: per-method statistics written to {}",
+            side.display()
+        );
+    }
     Ok(0)
 }

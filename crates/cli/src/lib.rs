@@ -30,3 +30,26 @@ pub fn print_out(text: &str) -> anyhow::Result<()> {
         _ => Ok(()),
     }
 }
+
+/// Root sessions: formats other than the native file and the HTML page cannot carry the
+/// per-method statistics, so they go to `OUTPUT.methods.txt` beside the output (said on
+/// stderr). Returns that file, if written.
+pub fn write_method_stats_beside(
+    profile: &jvmprof_profile::Profile,
+    format: jvmprof_profile::Format,
+    output: &std::path::Path,
+) -> anyhow::Result<Option<std::path::PathBuf>> {
+    use jvmprof_profile::Format;
+    let Some(rows) = jvmprof_profile::methods::stats(profile) else {
+        return Ok(None);
+    };
+    if matches!(format, Format::Native | Format::Html) {
+        return Ok(None);
+    }
+    let mut name = output.as_os_str().to_owned();
+    name.push(".methods.txt");
+    let path = std::path::PathBuf::from(name);
+    std::fs::write(&path, jvmprof_profile::methods::table(&rows, 0))
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    Ok(Some(path))
+}

@@ -42,6 +42,19 @@ pub struct Args {
     /// (blocks also end at instructions that may throw: exact when exceptions are thrown).
     #[arg(long)]
     pub bba: Option<String>,
+    /// exact: instrument only the call subgraph of this root method, revealed as it runs, timed
+    /// with the probes' cost calibrated out, and removed at the end; works with --pid. Forms:
+    /// 'pkg.Class.method' (every overload), 'pkg.Class.method(DESCRIPTOR)', 'pkg.Class.*',
+    /// 'pkg.*'. Repeat for more roots. Stacks start at the root.
+    #[arg(long)]
+    pub root: Vec<String>,
+    /// exact with --root: time calls by wall clock (ns) or by the thread's CPU time (cpu_ns).
+    #[arg(long, value_name = "wall|cpu")]
+    pub timer: Option<String>,
+    /// exact with --root: keep only root invocations that took at least this long (e.g. 5ms),
+    /// with their whole subtrees.
+    #[arg(long, value_name = "DURATION")]
+    pub min_latency: Option<String>,
     /// Sampling interval (e.g. 10ms, 1ms, 500us).
     #[arg(long, default_value = "10ms")]
     pub interval: String,
@@ -56,7 +69,8 @@ pub struct Args {
     /// Output format, overriding the extension.
     #[arg(long)]
     pub format: Option<String>,
-    /// The metric single-metric formats carry: samples or ns; calls or bytecodes (exact).
+    /// The metric single-metric formats carry: samples or ns; calls or bytecodes (exact); ns or
+    /// cpu_ns (exact with --root).
     #[arg(long)]
     pub value: Option<String>,
     /// Deepest stack recorded, in frames.
@@ -149,6 +163,18 @@ pub fn run(args: Args) -> Result<i32> {
     if let Some(bba) = &args.bba {
         options.push_str(&format!(",bba={bba}"));
     }
+    for root in &args.root {
+        if root.contains(',') {
+            bail!("bad root '{root}': a root has no commas (one --root per method)");
+        }
+        options.push_str(&format!(",root={}", root.trim()));
+    }
+    if let Some(timer) = &args.timer {
+        options.push_str(&format!(",timer={timer}"));
+    }
+    if let Some(d) = &args.min_latency {
+        options.push_str(&format!(",min_latency={d}"));
+    }
     if let Some(server) = &args.server {
         options.push_str(&format!(",server={server}"));
     }
@@ -217,10 +243,11 @@ pub fn run(args: Args) -> Result<i32> {
         Ok(_) => bail!("these options do not start a profiling session"),
         Err(e) => bail!("{e}"),
     };
-    if args.pid.is_some() && parsed.exact.is_some() {
+    if args.pid.is_some() && parsed.exact.as_ref().is_some_and(|x| x.roots.is_empty()) {
         bail!(
-            "exact mode instruments classes as they load: it needs the agent at launch \
-             (`jvmprof record --mode exact -- java ...`), not --pid"
+            "exact mode over the whole program instruments classes as they load: it needs the \
+             agent at launch (`jvmprof record --mode exact -- java ...`); with --pid, name a \
+             root method (`--root pkg.Class.method`) to instrument its call subgraph"
         );
     }
     let format = parsed
@@ -256,6 +283,12 @@ pub fn run(args: Args) -> Result<i32> {
         threads: args.threads,
     };
     jvmprof_profile::write(&profile, format, &export, std::io::BufWriter::new(out))?;
+    if let Some(side) = jvmprof_cli::write_method_stats_beside(&profile, format, &output)? {
+        eprintln!(
+            "jvmprof: per-method statistics written to {}",
+            side.display()
+        );
+    }
     let failures: u64 = profile.meta.walk_failures.values().sum();
     let first = profile
         .meta

@@ -89,11 +89,14 @@ fn status_text(pid: u32, v: &Value) -> String {
     } else {
         "finished"
     };
+    let counted = match v["root_calls"].as_u64() {
+        Some(calls) => format!("{calls} calls below roots {}", list("roots")),
+        None => format!("{} samples", v["samples"].as_u64().unwrap_or(0)),
+    };
     let mut text = format!(
-        "process {pid}: {} session {state} for {} s ({} samples), every {} us, engines {}",
+        "process {pid}: {} session {state} for {} s ({counted}), every {} us, engines {}",
         list("modes"),
         v["elapsed_ms"].as_u64().unwrap_or(0) / 1000,
-        v["samples"].as_u64().unwrap_or(0),
         v["interval_ns"].as_u64().unwrap_or(0) / 1000,
         list("engines"),
     );

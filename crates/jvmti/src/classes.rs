@@ -22,6 +22,11 @@ impl GlobalRef {
         self.0
     }
 
+    /// A reference to nothing (what a failed NewGlobalRef gives).
+    pub(crate) fn null() -> GlobalRef {
+        GlobalRef(std::ptr::null_mut())
+    }
+
     /// Wraps a new global reference; `None` for null.
     pub(crate) fn from_raw(global: jni::jobject) -> Option<GlobalRef> {
         (!global.is_null()).then_some(GlobalRef(global))

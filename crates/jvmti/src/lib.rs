@@ -10,6 +10,7 @@ pub mod asgct;
 pub mod classes;
 pub mod env;
 pub mod heap;
+pub mod hierarchy;
 pub mod management;
 pub mod natives;
 pub mod os;

@@ -93,6 +93,186 @@ pub struct ExactOptions {
     /// of maximum heap); calls past it are counted under a `[past node budget]` child of the
     /// last kept context (at most one per kept context).
     pub max_nodes: u32,
+    /// Root methods (`--root`): when set, only the call subgraph under them is instrumented,
+    /// lazily, at launch or attach, and removed at stop (JFluid); calls are timed.
+    pub roots: Vec<RootPattern>,
+    /// What a root session's times measure.
+    pub timer: Timer,
+    /// Root sessions: keep only root invocations that took at least this long.
+    pub min_latency: Option<Duration>,
+    /// Count executed bytecodes: always in whole-program exact mode, with `bba` in root mode.
+    pub bytecodes: bool,
+}
+
+/// The clock a root session times calls with (`timer=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timer {
+    /// `System.nanoTime`: wall time (metric `ns`).
+    Wall,
+    /// The thread's CPU time (metric `cpu_ns`).
+    Cpu,
+}
+
+/// A root method: `pkg.Class.method` (every overload), `pkg.Class.method(DESCRIPTOR)`, or a
+/// glob over `pkg.Class.method` such as `pkg.Class.*` or `pkg.*`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RootPattern {
+    /// `pkg.Class.method` with `*` wildcards, dots in the package, `$` for nested classes.
+    pub glob: String,
+    /// The method descriptor, when given: `(I)V`.
+    pub descriptor: Option<String>,
+}
+
+impl RootPattern {
+    /// Parses and checks one `--root`; the message names the root and what is wrong.
+    pub fn parse(text: &str) -> Result<RootPattern, String> {
+        let t = text.trim();
+        let bad = |why: &str| Err(format!("bad root '{text}': {why}"));
+        let (name, descriptor) = match t.find('(') {
+            Some(i) => (&t[..i], Some(&t[i..])),
+            None => (t, None),
+        };
+        if name.is_empty() || name.contains('/') || name.chars().any(char::is_whitespace) {
+            return bad(
+                "write pkg.Class.method, pkg.Class.method(DESCRIPTOR), pkg.Class.* or pkg.*",
+            );
+        }
+        let Some((class, method)) = name.rsplit_once('.') else {
+            return bad("no class: write pkg.Class.method");
+        };
+        if class.is_empty() || method.is_empty() || class.split('.').any(str::is_empty) {
+            return bad(
+                "write pkg.Class.method, pkg.Class.method(DESCRIPTOR), pkg.Class.* or pkg.*",
+            );
+        }
+        if let Some(d) = descriptor {
+            if name.contains('*') {
+                return bad("a descriptor needs an exact class and method name, not a pattern");
+            }
+            if let Err(why) = check_method_descriptor(d) {
+                return bad(&format!("malformed descriptor '{d}': {why}"));
+            }
+        }
+        Ok(RootPattern {
+            glob: name.to_string(),
+            descriptor: descriptor.map(str::to_string),
+        })
+    }
+
+    /// Whether a method (class with dots, method name, descriptor) is this root. Wildcards never
+    /// match constructors and static initializers; naming them does.
+    pub fn matches(&self, class: &str, method: &str, descriptor: &str) -> bool {
+        if let Some(d) = &self.descriptor
+            && d != descriptor
+        {
+            return false;
+        }
+        if method.starts_with('<') {
+            return self.glob.len() == class.len() + 1 + method.len()
+                && self.glob.starts_with(class)
+                && self.glob.ends_with(method)
+                && self.glob.as_bytes()[class.len()] == b'.';
+        }
+        glob(&self.glob, &format!("{class}.{method}"))
+    }
+
+    /// Whether any method of this class (dots) may match: a cheap filter before the methods.
+    pub fn may_match_class(&self, class: &str) -> bool {
+        let (cp, mp) = self.glob.rsplit_once('.').unwrap_or(("", &self.glob));
+        glob(cp, class) || (mp.contains('*') && glob(&self.glob, &format!("{class}.x")))
+    }
+
+    /// The class part when it has no wildcard (the class a missing root waits for).
+    pub fn exact_class(&self) -> Option<&str> {
+        let (cp, _) = self.glob.rsplit_once('.')?;
+        (!cp.contains('*')).then_some(cp)
+    }
+}
+
+impl std::fmt::Display for RootPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}{}",
+            self.glob,
+            self.descriptor.as_deref().unwrap_or("")
+        )
+    }
+}
+
+/// `*` matches any run of characters; everything else matches itself.
+pub fn glob(pattern: &str, name: &str) -> bool {
+    let (p, n) = (pattern.as_bytes(), name.as_bytes());
+    let (mut pi, mut ni) = (0, 0);
+    let (mut star, mut mark) = (usize::MAX, 0);
+    while ni < n.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = pi;
+            mark = ni;
+            pi += 1;
+        } else if pi < p.len() && p[pi] == n[ni] {
+            pi += 1;
+            ni += 1;
+        } else if star != usize::MAX {
+            pi = star + 1;
+            mark += 1;
+            ni = mark;
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == b'*' {
+        pi += 1;
+    }
+    pi == p.len()
+}
+
+/// Checks a JVM method descriptor: `(` field types `)` a field type or `V`.
+pub fn check_method_descriptor(d: &str) -> Result<(), String> {
+    let b = d.as_bytes();
+    if b.first() != Some(&b'(') {
+        return Err("it must start with '('".into());
+    }
+    let mut i = 1;
+    // One field type at i; returns the index after it.
+    let field = |mut i: usize| -> Result<usize, String> {
+        while b.get(i) == Some(&b'[') {
+            i += 1;
+        }
+        match b.get(i) {
+            Some(b'B' | b'C' | b'D' | b'F' | b'I' | b'J' | b'S' | b'Z') => Ok(i + 1),
+            Some(b'L') => {
+                let end = d[i..]
+                    .find(';')
+                    .ok_or("a class type 'L...' has no closing ';'")?;
+                let name = &d[i + 1..i + end];
+                if name.is_empty() || name.contains(['.', '(', ')', '[']) {
+                    return Err(format!(
+                        "'{name}' is not a class name (use slashes: java/lang/String)"
+                    ));
+                }
+                Ok(i + end + 1)
+            }
+            Some(c) => Err(format!("unexpected '{}' at {i}", *c as char)),
+            None => Err("it ends before ')'".into()),
+        }
+    };
+    while b.get(i) != Some(&b')') {
+        if i >= b.len() {
+            return Err("no ')'".into());
+        }
+        i = field(i)?;
+    }
+    i += 1;
+    let end = if b.get(i) == Some(&b'V') {
+        i + 1
+    } else {
+        field(i)?
+    };
+    if end != b.len() {
+        return Err(format!("trailing '{}'", &d[end..]));
+    }
+    Ok(())
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -204,8 +384,17 @@ impl Options {
                 Metric::WaitCount,
             ]);
         }
-        if self.exact.is_some() {
-            m.extend([Metric::Calls, Metric::Bytecodes]);
+        if let Some(x) = &self.exact {
+            m.push(Metric::Calls);
+            if !x.roots.is_empty() {
+                m.push(match x.timer {
+                    Timer::Wall => Metric::Ns,
+                    Timer::Cpu => Metric::CpuNs,
+                });
+            }
+            if x.bytecodes {
+                m.push(Metric::Bytecodes);
+            }
         }
         m
     }
@@ -225,7 +414,7 @@ impl Options {
         .map_err(|e| format!("{}: {e}", path.display()))?;
         if let Some(v) = value {
             let metric = Metric::parse(v).ok_or_else(|| {
-                format!("unknown value '{v}' (samples, ns, bytes, objects, live_bytes, live_objects, lock_ns, lock_count, wait_ns, wait_count, calls, bytecodes, count)")
+                format!("unknown value '{v}' (samples, ns, bytes, objects, live_bytes, live_objects, lock_ns, lock_count, wait_ns, wait_count, calls, cpu_ns, bytecodes, count)")
             })?;
             let metrics = self.metrics();
             // `ns` and `count` also address a lock-only profile's contention metrics.
@@ -325,7 +514,7 @@ pub fn process_start_ticks(pid: u32) -> Option<u64> {
     fields.get(19)?.parse().ok()
 }
 
-pub const KNOWN_KEYS: &str = "mode, interval, alloc_interval, live, lock_threshold, file, format, value, threads, depth, engine, cpu_engine, recover_walks, duration, status, flush, server, token, token_file, labels, refresh, owner, owner_file, log, hprof_on_oom, hprof_on_exit, stop, reply, query, dump, heap, include, exclude, bba, max_nodes";
+pub const KNOWN_KEYS: &str = "mode, interval, alloc_interval, live, lock_threshold, file, format, value, threads, depth, engine, cpu_engine, recover_walks, duration, status, flush, server, token, token_file, labels, refresh, owner, owner_file, log, hprof_on_oom, hprof_on_exit, stop, reply, query, dump, heap, include, exclude, bba, max_nodes, root, timer, min_latency";
 
 /// A file name with `%p` replaced by `pid`, `%t` by the time `unix_secs` as `YYYYMMDD-hhmmss`
 /// (UTC) and `%%` by `%`, as async-profiler names its files; other `%` stay as they are.
@@ -412,6 +601,11 @@ pub fn parse(text: &str) -> Result<Command, String> {
     let mut bba = Bba::Default;
     let mut max_nodes: u32 = 1 << 22;
     let mut exact_keys = false;
+    let mut bba_given = false;
+    let mut roots: Vec<RootPattern> = Vec::new();
+    let mut timer = Timer::Wall;
+    let mut min_latency = None;
+    let mut root_keys = false;
     let mut o = Options {
         sampling: None,
         alloc: None,
@@ -464,8 +658,25 @@ pub fn parse(text: &str) -> Result<Command, String> {
                     list.push(check_pattern(p)?);
                 }
             }
+            "root" => {
+                exact_keys = true;
+                roots.push(RootPattern::parse(need()?)?);
+            }
+            "timer" => {
+                root_keys = true;
+                timer = match need()? {
+                    "wall" => Timer::Wall,
+                    "cpu" => Timer::Cpu,
+                    t => return Err(format!("unknown timer '{t}' (wall, cpu)")),
+                }
+            }
+            "min_latency" => {
+                root_keys = true;
+                min_latency = Some(parse_duration(need()?)?);
+            }
             "bba" => {
                 exact_keys = true;
+                bba_given = true;
                 bba = match need()? {
                     "default" => Bba::Default,
                     "precise" => Bba::Precise,
@@ -586,6 +797,10 @@ pub fn parse(text: &str) -> Result<Command, String> {
                     exclude: exclude.clone(),
                     bba,
                     max_nodes,
+                    bytecodes: roots.is_empty() || bba_given,
+                    roots: roots.clone(),
+                    timer,
+                    min_latency,
                 })
             }
             m => {
@@ -596,7 +811,10 @@ pub fn parse(text: &str) -> Result<Command, String> {
         }
     }
     if exact_keys && o.exact.is_none() {
-        return Err("`include`, `exclude`, `bba` and `max_nodes` need mode exact".into());
+        return Err("`include`, `exclude`, `bba`, `max_nodes` and `root` need mode exact".into());
+    }
+    if root_keys && roots.is_empty() {
+        return Err("`timer` and `min_latency` need a root (root=pkg.Class.method)".into());
     }
     if live && o.alloc.is_none() {
         return Err("`live` needs mode alloc".into());

@@ -158,7 +158,7 @@ pub fn default_metric(profile: &Profile) -> Option<Metric> {
     for mode in &profile.meta.modes {
         let preferred: &[Metric] = match mode.as_str() {
             "cpu" | "wall" => &[Metric::Samples, Metric::Ns],
-            "exact" => &[Metric::Calls, Metric::Bytecodes, Metric::Ns],
+            "exact" => &[Metric::Calls, Metric::Bytecodes, Metric::Ns, Metric::CpuNs],
             "alloc" => &[Metric::LiveBytes, Metric::Bytes, Metric::Objects],
             "lock" => &[Metric::LockNs, Metric::LockCount, Metric::Ns],
             _ => &[],

@@ -21,6 +21,7 @@ pub mod filter;
 pub mod flamegraph;
 pub mod format;
 pub mod jfr;
+pub mod methods;
 pub mod model;
 pub mod native;
 pub mod pprof;

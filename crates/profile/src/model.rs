@@ -122,6 +122,9 @@ pub enum Metric {
     Ns,
     /// Invocations of the calling context (exact mode).
     Calls,
+    /// Thread CPU nanoseconds measured by instrumentation (exact mode with a root and the cpu
+    /// timer).
+    CpuNs,
     /// Bytecodes executed by the context itself, callees excluded (exact mode).
     Bytecodes,
     /// Bytes allocated (estimated from sampled allocations).
@@ -148,6 +151,7 @@ impl Metric {
             Metric::Samples => "samples",
             Metric::Ns => "ns",
             Metric::Calls => "calls",
+            Metric::CpuNs => "cpu_ns",
             Metric::Bytecodes => "bytecodes",
             Metric::Bytes => "bytes",
             Metric::Objects => "objects",
@@ -165,6 +169,7 @@ impl Metric {
             "samples" => Metric::Samples,
             "ns" => Metric::Ns,
             "calls" => Metric::Calls,
+            "cpu_ns" => Metric::CpuNs,
             "bytecodes" => Metric::Bytecodes,
             "bytes" => Metric::Bytes,
             "objects" => Metric::Objects,
@@ -190,7 +195,7 @@ impl Metric {
             | Metric::LiveObjects
             | Metric::LockCount
             | Metric::WaitCount => "count",
-            Metric::Ns | Metric::LockNs | Metric::WaitNs => "nanoseconds",
+            Metric::Ns | Metric::CpuNs | Metric::LockNs | Metric::WaitNs => "nanoseconds",
             Metric::Bytes | Metric::LiveBytes => "bytes",
         }
     }

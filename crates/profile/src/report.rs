@@ -33,7 +33,9 @@ impl Default for ReportOptions {
 /// Formats a value of `metric`: nanoseconds as milliseconds, everything else as an integer.
 pub fn format_value(metric: Metric, v: u64) -> String {
     match metric {
-        Metric::Ns | Metric::LockNs | Metric::WaitNs => format!("{:.3} ms", v as f64 / 1e6),
+        Metric::Ns | Metric::CpuNs | Metric::LockNs | Metric::WaitNs => {
+            format!("{:.3} ms", v as f64 / 1e6)
+        }
         _ => v.to_string(),
     }
 }
@@ -346,6 +348,21 @@ fn header(profile: &Profile, out: &mut String) {
     line("dropped samples", m.dropped_samples.to_string());
     // The CPU engine's own account of itself, when the profile has it.
     let extra = |k: &str| m.extra.get(k).map(String::as_str);
+    if let Some(roots) = extra("root_patterns") {
+        line("roots", roots.to_string());
+        line(
+            "instrumented",
+            format!(
+                "{} methods, {} of them ran; probe cost {} ns inside a call, {} ns per call \
+                 to its caller (calibrated, removed from the times); {} still instrumented after stop",
+                extra("root_methods_instrumented").unwrap_or("?"),
+                extra("root_methods_run").unwrap_or("?"),
+                extra("root_inner_ns").unwrap_or("?"),
+                extra("root_outer_ns").unwrap_or("?"),
+                extra("root_methods_still_instrumented").unwrap_or("?"),
+            ),
+        );
+    }
     if let Some(engine) = extra("cpu_engine") {
         let mut text = engine.to_string();
         if let Some(c) = extra("cpu_coverage") {
@@ -390,6 +407,13 @@ pub fn text(profile: &Profile, options: &ReportOptions) -> String {
         metric.as_str()
     );
     methods.write_tables(&mut out, &all, metric, options.top);
+    if let Some(rows) = crate::methods::stats(profile) {
+        let _ = writeln!(
+            out,
+            "\nPer-method statistics (each call's time, callees included, probe cost removed):\n"
+        );
+        out.push_str(&crate::methods::table(&rows, options.top));
+    }
     if options.per_thread {
         let mut threads: Vec<(u32, Tables)> = (0..profile.threads.len() as u32)
             .map(|t| {

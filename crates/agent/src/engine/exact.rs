@@ -219,32 +219,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// `*` matches any run of characters; everything else matches itself.
-pub fn glob(pattern: &str, name: &str) -> bool {
-    let (p, n) = (pattern.as_bytes(), name.as_bytes());
-    let (mut pi, mut ni) = (0, 0);
-    let (mut star, mut mark) = (usize::MAX, 0);
-    while ni < n.len() {
-        if pi < p.len() && p[pi] == b'*' {
-            star = pi;
-            mark = ni;
-            pi += 1;
-        } else if pi < p.len() && p[pi] == n[ni] {
-            pi += 1;
-            ni += 1;
-        } else if star != usize::MAX {
-            pi = star + 1;
-            mark += 1;
-            ni = mark;
-        } else {
-            return false;
-        }
-    }
-    while pi < p.len() && p[pi] == b'*' {
-        pi += 1;
-    }
-    pi == p.len()
-}
+pub use crate::options::glob;
 
 /// Whether a class (internal name `a/b/C`) is in scope: application classes unless excluded,
 /// JDK classes only when included, never the runtime or the classes in [`NEVER`].
@@ -592,6 +567,10 @@ mod tests {
             exclude: exclude.iter().map(|s| s.to_string()).collect(),
             bba: Bba::Default,
             max_nodes: 1000,
+            roots: Vec::new(),
+            timer: crate::options::Timer::Wall,
+            min_latency: None,
+            bytecodes: true,
         }
     }
 

@@ -14,6 +14,8 @@
 //!   `LockSupport`.
 //! - **exact** ([`exact`]): rewritten classes count calls and bytecodes into per-thread
 //!   calling-context trees in Java; `flush` and `finish` merge what the trees gained.
+//! - **exact with roots** ([`subgraph`]): the same trees, timed, for the call subgraph of root
+//!   methods only, instrumented lazily at launch or attach and removed at stop.
 //!
 //! The sink symbolises each sample once and appends it to the profile; the session's writer
 //! thread hands that profile to the outputs (the native file, the collector link).
@@ -23,6 +25,7 @@ pub mod events;
 pub mod exact;
 pub mod parks;
 pub mod safepoint;
+pub mod subgraph;
 
 use crate::options::{Engine as EngineChoice, Mode, Options};
 use crate::sampler::threads::ThreadTable;
@@ -75,6 +78,10 @@ pub trait Engine: Send + Sync {
     fn dropped(&self) -> u64 {
         0
     }
+    /// What `jvmprof status` shows of this engine besides the session's common fields.
+    fn status(&self) -> Vec<(&'static str, serde_json::Value)> {
+        Vec::new()
+    }
     /// A Java thread started (called on it).
     fn thread_started(&self, _tid: u32) {}
     /// A Java thread ended (called on it).
@@ -112,7 +119,9 @@ pub fn choose(
             }
         }
     }
-    if options.exact.is_some() {
+    if let Some(x) = options.exact.as_ref().filter(|x| !x.roots.is_empty()) {
+        engines.push(Box::new(subgraph::SubgraphEngine::new(ctx.env, x)));
+    } else if options.exact.is_some() {
         if !exact::enabled() {
             return Err(
                 "exact mode needs the agent at launch (record -- java ...); it cannot attach"

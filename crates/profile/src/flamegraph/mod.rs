@@ -42,6 +42,9 @@ pub(crate) struct Data {
     /// Differential graphs only: each node's value in the base profile.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base: Option<Vec<u64>>,
+    /// Root sessions: per-method statistics, shown under the graph.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stats: Option<Vec<crate::methods::MethodStat>>,
 }
 
 /// The frames of JVM-internal threads (see the agent's sink), drawn as their own kind (5).
@@ -158,6 +161,7 @@ fn tree<'a>(
         value: Vec::with_capacity(nodes.len()),
         depth: Vec::with_capacity(nodes.len()),
         base: with_base.then(|| Vec::with_capacity(nodes.len())),
+        stats: crate::methods::stats(profile),
     };
     let mut todo = vec![(0usize, 0u32)];
     while let Some((i, depth)) = todo.pop() {

@@ -1,0 +1,276 @@
+//! What root-method profiling (JFluid) needs of a class file: the methods a method's code may
+//! call (read when an instrumented method first runs, to reveal its callees), the class's place
+//! in the hierarchy, and the probe pass over a chosen set of methods.
+//!
+//! The pass is the exact mode's calling-context pass ([`crate::instrument`]) with the root
+//! runtime's probes: `openRoot` in root methods, `open` elsewhere, `close` on every exit,
+//! `restore` in exception handlers, bytecode counts only when asked for, and each
+//! `Method.invoke` call site first hands its `Method` to `reflect` (so that a reflective
+//! callee is revealed before it runs).
+
+use crate::bba::Mode;
+use crate::class::{ACC_ABSTRACT, ACC_MODULE, ACC_NATIVE, ClassFile};
+use crate::code::{Code, Insn};
+use crate::constant_pool::Constant;
+use crate::error::Result;
+use crate::instrument::{ContextProbes, Outcome, add_contexts};
+use crate::opcodes::{INVOKESPECIAL, INVOKESTATIC};
+
+/// The root runtime class (`java/agent/jvmprof/runtime/Roots.java`).
+pub const ROOTS_CLASS: &str = "jvmprof/runtime/Roots";
+/// Its context node class.
+pub const ROOTS_NODE: &str = "jvmprof/runtime/Roots$Node";
+
+const INVOKEVIRTUAL: u8 = 0xb6;
+
+/// How a call site (or a method handle) reaches its callee.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dispatch {
+    /// `invokestatic`, `invokespecial` (private methods, constructors, `super.m()`), and
+    /// method handles of those kinds: the named method, or the one the class inherits.
+    Direct,
+    /// `invokevirtual` / `invokeinterface`: the named method and every override of it in
+    /// subclasses and implementors.
+    Virtual,
+}
+
+/// A method a method's code may call.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Target {
+    /// Internal name of the class named at the call site.
+    pub class: String,
+    pub name: String,
+    pub descriptor: String,
+    pub dispatch: Dispatch,
+}
+
+/// A class's name, supertypes and methods (with code, or abstract/native).
+#[derive(Debug, Clone, Default)]
+pub struct Header {
+    pub name: String,
+    pub super_name: Option<String>,
+    pub interfaces: Vec<String>,
+    /// (name, descriptor, has code).
+    pub methods: Vec<(String, String, bool)>,
+}
+
+/// Reads the header of a class file.
+pub fn header(data: &[u8]) -> Result<Header> {
+    let cf = ClassFile::read(data)?;
+    Ok(header_of(&cf))
+}
+
+fn header_of(cf: &ClassFile) -> Header {
+    Header {
+        name: cf.name(),
+        super_name: cf.super_name(),
+        interfaces: cf
+            .interfaces
+            .iter()
+            .filter_map(|i| cf.constant_pool.class_name(*i))
+            .collect(),
+        methods: cf
+            .methods
+            .iter()
+            .map(|m| {
+                (
+                    cf.member_name(m),
+                    cf.member_descriptor(m),
+                    m.access & (ACC_ABSTRACT | ACC_NATIVE) == 0,
+                )
+            })
+            .collect(),
+    }
+}
+
+/// The methods method `name``descriptor` of this class may call: every invoke instruction,
+/// the method handles an `invokedynamic` passes to its bootstrap method (a lambda's body, a
+/// method reference) and `ldc` method-handle constants. Empty if the method has no code.
+pub fn call_targets(data: &[u8], name: &str, descriptor: &str) -> Result<Vec<Target>> {
+    let cf = ClassFile::read(data)?;
+    let Some(index) = cf
+        .methods
+        .iter()
+        .position(|m| cf.member_name(m) == name && cf.member_descriptor(m) == descriptor)
+    else {
+        return Ok(Vec::new());
+    };
+    let Some(code) = Code::read(&cf, index)? else {
+        return Ok(Vec::new());
+    };
+    let bootstrap = bootstrap_methods(&cf);
+    let mut out: Vec<Target> = Vec::new();
+    let mut push = |t: Target| {
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    };
+    for insn in &code.insns {
+        match insn {
+            Insn::Ref { op, index } if matches!(*op, INVOKESTATIC | INVOKESPECIAL) => {
+                if let Some(t) = member(&cf, *index, Dispatch::Direct) {
+                    push(t);
+                }
+            }
+            Insn::Ref {
+                op: INVOKEVIRTUAL,
+                index,
+            }
+            | Insn::InvokeInterface { index, .. } => {
+                if let Some(t) = member(&cf, *index, Dispatch::Virtual) {
+                    push(t);
+                }
+            }
+            Insn::InvokeDynamic { index } => {
+                let Some(Constant::InvokeDynamic(bsm, _)) = cf.constant_pool.get(*index) else {
+                    continue;
+                };
+                for arg in bootstrap.get(usize::from(*bsm)).into_iter().flatten() {
+                    if let Some(t) = handle(&cf, *arg) {
+                        push(t);
+                    }
+                }
+            }
+            Insn::Ldc { index, .. } => {
+                if let Some(t) = handle(&cf, *index) {
+                    push(t);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+fn member(cf: &ClassFile, index: u16, dispatch: Dispatch) -> Option<Target> {
+    let (class, name, descriptor) = cf.constant_pool.member_ref(index)?;
+    // Arrays' methods (clone) are the JVM's.
+    if class.starts_with('[') {
+        return None;
+    }
+    Some(Target {
+        class,
+        name,
+        descriptor,
+        dispatch,
+    })
+}
+
+/// The method a MethodHandle constant refers to (field handles are not calls).
+fn handle(cf: &ClassFile, index: u16) -> Option<Target> {
+    let Some(Constant::MethodHandle(kind, reference)) = cf.constant_pool.get(index) else {
+        return None;
+    };
+    let dispatch = match kind {
+        5 | 9 => Dispatch::Virtual,
+        6..=8 => Dispatch::Direct,
+        _ => return None,
+    };
+    member(cf, *reference, dispatch)
+}
+
+/// The bootstrap arguments of each entry of the BootstrapMethods attribute.
+fn bootstrap_methods(cf: &ClassFile) -> Vec<Vec<u16>> {
+    let Some(at) = cf.find_attribute(&cf.attributes, "BootstrapMethods") else {
+        return Vec::new();
+    };
+    let d = &cf.attributes[at].data;
+    let u2 = |i: usize| -> Option<u16> { Some(u16::from_be_bytes([*d.get(i)?, *d.get(i + 1)?])) };
+    let mut out = Vec::new();
+    let Some(n) = u2(0) else { return out };
+    let mut i = 2;
+    for _ in 0..n {
+        let (Some(_bsm), Some(count)) = (u2(i), u2(i + 2)) else {
+            break;
+        };
+        i += 4;
+        let args: Vec<u16> = (0..usize::from(count))
+            .filter_map(|k| u2(i + 2 * k))
+            .collect();
+        i += 2 * usize::from(count);
+        out.push(args);
+    }
+    out
+}
+
+/// Instruments the methods `select` picks (by name and descriptor: the method id, and whether
+/// the method is a root) with the root runtime's probes; the rest stay byte-for-byte as they
+/// were. Methods without code are never picked.
+pub fn instrument_selected(
+    data: &[u8],
+    bytecodes: Option<Mode>,
+    mut select: impl FnMut(&str, &str) -> Option<(i32, bool)>,
+) -> Result<Outcome> {
+    let mut cf = ClassFile::read(data)?;
+    let mut out = Outcome {
+        bytes: Vec::new(),
+        rewritten: 0,
+        skipped: Vec::new(),
+        notes: Vec::new(),
+    };
+    let class_name = cf.name();
+    if cf.access & ACC_MODULE != 0 {
+        out.bytes = data.to_vec();
+        return Ok(out);
+    }
+    for i in 0..cf.methods.len() {
+        let m = &cf.methods[i];
+        let (mname, desc) = (cf.member_name(m), cf.member_descriptor(m));
+        let Some((id, root)) = select(&mname, &desc) else {
+            continue;
+        };
+        let pool_len = cf.constant_pool.len();
+        let probes = ContextProbes {
+            runtime: ROOTS_CLASS,
+            node: ROOTS_NODE,
+            open: if root { "openRoot" } else { "open" },
+            bytecodes,
+            reflect: true,
+        };
+        let result = (|| -> std::result::Result<Option<String>, String> {
+            let Some(mut code) = Code::read(&cf, i).map_err(|e| e.to_string())? else {
+                return Err("no code".into());
+            };
+            let note = add_contexts(&mut cf, &mut code, id, mname == "<init>", &probes)?;
+            cf.set_code(i, &code).map_err(|e| e.what)?;
+            Ok(note)
+        })();
+        match result {
+            Ok(note) => {
+                out.rewritten += 1;
+                if let Some(n) = note {
+                    out.notes.push(format!("{class_name}.{mname}{desc}: {n}"));
+                }
+            }
+            Err(why) => {
+                cf.constant_pool.truncate(pool_len);
+                out.skipped
+                    .push(format!("{class_name}.{mname}{desc}: {why}"));
+            }
+        }
+    }
+    out.bytes = cf.write();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootstrap_parse_of_garbage_is_empty() {
+        let cf = ClassFile {
+            minor: 0,
+            major: 52,
+            constant_pool: Default::default(),
+            access: 0,
+            this_class: 0,
+            super_class: 0,
+            interfaces: vec![],
+            fields: vec![],
+            methods: vec![],
+            attributes: vec![],
+        };
+        assert!(bootstrap_methods(&cf).is_empty());
+    }
+}

@@ -1,0 +1,587 @@
+package jvmprof.runtime;
+
+/**
+ * The runtime that root-method profiling (JFluid) calls: the agent instruments only the call
+ * subgraph of the root methods, revealed lazily, and removes the probes at the end of the
+ * session. Defined in the boot loader by the agent (at launch or attach), so every class can call
+ * it.
+ *
+ * Probes (the exact mode's pass, see crates/classfile subgraph.rs): {@code node = openRoot(id)}
+ * in a root method, {@code node = open(id)} in the others, {@code close(node, bytecodes)} on every
+ * normal and exceptional exit, {@code restore(node)} at the start of each exception handler,
+ * {@code count(node, bytecodes)} before calls when bytecodes are counted, {@code reflect(m)}
+ * before each {@code Method.invoke}.
+ *
+ * Context-sensitive: a thread records only while a root method is on its stack ({@code depth >
+ * 0}); elsewhere open returns null after a flag check and a thread lookup, and the other probes
+ * do nothing with null. Below a root each thread builds its own calling-context tree; each
+ * activation's times sit in per-depth arrays (start, time of its callees, calls below it), so a
+ * call allocates nothing once its context exists. On exit the activation's inclusive time is
+ * corrected for the probes' own cost as the agent calibrated it (JFluid): {@code inner} for the
+ * activation itself and {@code inner + outer} for each call below it; its own time is that less
+ * its callees' corrected times.
+ *
+ * The first time a method runs below a root, {@code reveal(id)} (native, in the agent) reads its
+ * code and instruments what it may call before it continues, so its first run is already
+ * counted; the time that takes is taken out of every activation on the thread's stack.
+ *
+ * With a minimum latency, an activation's numbers first go to pending fields of its node, which
+ * the root's exit adds to the node's totals when the root invocation took at least that long,
+ * and drops otherwise.
+ *
+ * Self-contained like Probes: no JDK method the agent may instrument, no lambdas.
+ */
+public final class Roots {
+    private Roots() {}
+
+    /** Method id of the context standing for calls past the node budget. */
+    static final int SPILL = -2;
+
+    /** One calling context below a root. */
+    public static final class Node {
+        final int method;
+        final int parent;
+        final T t;
+        final int index;
+        Node[] kids;
+        int size;
+        int lastKey = -3;
+        Node lastKid;
+        long calls, selfNs, bytecodes, inclNs, min = Long.MAX_VALUE, max = Long.MIN_VALUE;
+        double inclSq;
+        // Pending (minimum latency): this root invocation's part, not yet kept.
+        int epoch;
+        long pCalls, pSelf, pBytecodes, pIncl, pMin, pMax;
+        double pSq;
+
+        Node(int method, Node parent, T t) {
+            this.method = method;
+            this.parent = parent == null ? -1 : parent.index;
+            this.t = t;
+            this.index = t.register(this);
+        }
+
+        Node child(int id) {
+            if (lastKey == id) return lastKid;
+            if (method == SPILL) return this;
+            Node c = find(id);
+            if (c == null) c = add(id);
+            lastKey = id;
+            lastKid = c;
+            return c;
+        }
+
+        private Node find(int id) {
+            Node[] k = kids;
+            if (k == null) return null;
+            int mask = k.length - 1;
+            for (int i = (id * 0x9E3779B9) >>> 16 & mask; ; i = (i + 1) & mask) {
+                Node n = k[i];
+                if (n == null) return null;
+                if (n.method == id) return n;
+            }
+        }
+
+        private Node add(int id) {
+            if (!reserve(t)) {
+                Node s = find(SPILL);
+                if (s == null) {
+                    s = new Node(SPILL, this, t);
+                    insert(s);
+                }
+                return s;
+            }
+            Node c = new Node(id, this, t);
+            insert(c);
+            return c;
+        }
+
+        private void insert(Node c) {
+            Node[] k = kids;
+            if (k == null || (size + 1) * 2 > k.length) {
+                Node[] g = new Node[k == null ? 4 : k.length * 2];
+                if (k != null) for (Node n : k) if (n != null) put(g, n);
+                put(g, c);
+                kids = g;
+            } else {
+                put(k, c);
+            }
+            size++;
+        }
+
+        private static void put(Node[] k, Node n) {
+            int mask = k.length - 1;
+            int i = (n.method * 0x9E3779B9) >>> 16 & mask;
+            while (k[i] != null) i = (i + 1) & mask;
+            k[i] = n;
+        }
+    }
+
+    /** A thread's tree and its activations below a root. */
+    static final class T {
+        final Thread thread;
+        final String name;
+        final int session;
+        final Node top;
+        /** Activations below a root on this thread's stack; 0 outside every root. */
+        int depth;
+        Node[] stack = new Node[32];
+        long[] start = new long[32];
+        /** Corrected inclusive time of the activation's callees so far. */
+        long[] child = new long[32];
+        /** Calls made below the activation so far. */
+        long[] below = new long[32];
+        Node[] all = new Node[64];
+        int count;
+        long calls;
+        int budget;
+        int epoch;
+        Node[] touched = new Node[64];
+        int nTouched;
+        Object lastReflected;
+
+        T(Thread thread, int session) {
+            this.thread = thread;
+            this.name = thread.getName();
+            this.session = session;
+            this.top = new Node(-1, null, this);
+        }
+
+        int register(Node n) {
+            if (count == all.length) {
+                Node[] g = new Node[all.length * 2];
+                System.arraycopy(all, 0, g, 0, count);
+                all = g;
+            }
+            all[count] = n;
+            return count++;
+        }
+
+        void grow() {
+            int n = stack.length * 2;
+            Node[] s = new Node[n];
+            System.arraycopy(stack, 0, s, 0, stack.length);
+            stack = s;
+            long[] a = new long[n];
+            System.arraycopy(start, 0, a, 0, start.length);
+            start = a;
+            a = new long[n];
+            System.arraycopy(child, 0, a, 0, child.length);
+            child = a;
+            a = new long[n];
+            System.arraycopy(below, 0, a, 0, below.length);
+            below = a;
+        }
+
+        void touch(Node n) {
+            n.epoch = epoch;
+            n.pCalls = 0;
+            n.pSelf = 0;
+            n.pBytecodes = 0;
+            n.pIncl = 0;
+            n.pSq = 0;
+            n.pMin = Long.MAX_VALUE;
+            n.pMax = Long.MIN_VALUE;
+            if (nTouched == touched.length) {
+                Node[] g = new Node[touched.length * 2];
+                System.arraycopy(touched, 0, g, 0, nTouched);
+                touched = g;
+            }
+            touched[nTouched++] = n;
+        }
+    }
+
+    // ---- set by the agent ----
+    /** Whether a session runs. */
+    static volatile boolean on;
+    /** Session number: threads' trees from an earlier session are left alone. */
+    static int session;
+    /** Per method id: already revealed (its callees instrumented). */
+    static boolean[] revealed = new boolean[64];
+    /** Probe cost inside an activation and added to its caller per call, in 1/256 ns. */
+    static long inner256, outer256;
+    static boolean cpu;
+    static long minLatency;
+    static int maxNodes = 1 << 20;
+
+    private static final Object LOCK = new Object();
+    private static T[] threads = new T[16];
+    private static int threadCount;
+    private static T[] frozen = new T[0];
+    private static int nodes;
+    private static boolean full;
+    private static final int CHUNK = 256;
+    private static final ThreadLocal<T> CURRENT = new ThreadLocal<T>();
+    private static final T[] BY_ID = new T[4096];
+
+    private static native void reveal(int id);
+    private static native void reflected(Object method);
+    private static native long cpuNow();
+
+    static long now() {
+        return cpu ? cpuNow() : System.nanoTime();
+    }
+
+    private static T current() {
+        Thread th = Thread.currentThread();
+        int slot = (int) th.getId() & (BY_ID.length - 1);
+        T t = BY_ID[slot];
+        if (t != null && t.thread == th && t.session == session) return t;
+        t = CURRENT.get();
+        if (t == null || t.session != session) {
+            t = new T(th, session);
+            synchronized (LOCK) {
+                if (threadCount == threads.length) {
+                    T[] g = new T[threads.length * 2];
+                    System.arraycopy(threads, 0, g, 0, threadCount);
+                    threads = g;
+                }
+                threads[threadCount++] = t;
+            }
+            CURRENT.set(t);
+        }
+        BY_ID[slot] = t;
+        return t;
+    }
+
+    static boolean reserve(T t) {
+        if (t.budget > 0) {
+            t.budget--;
+            return true;
+        }
+        if (full) return false;
+        synchronized (LOCK) {
+            int n = maxNodes - nodes < CHUNK ? maxNodes - nodes : CHUNK;
+            if (n <= 0) {
+                full = true;
+                return false;
+            }
+            nodes += n;
+            t.budget = n - 1;
+            return true;
+        }
+    }
+
+    // ---- probes ----
+
+    /** Entry of an instrumented method: its context if a root is on this thread's stack. */
+    public static Node open(int id) {
+        if (!on) return null;
+        T t = current();
+        if (t.depth == 0) return null;
+        return push(t, id);
+    }
+
+    /** Entry of a root method: a new root invocation, or a nested call below one. */
+    public static Node openRoot(int id) {
+        if (!on) return null;
+        T t = current();
+        if (t.depth == 0) {
+            t.epoch++;
+            t.nTouched = 0;
+        }
+        return push(t, id);
+    }
+
+    @jdk.internal.vm.annotation.DontInline
+    private static Node push(T t, int id) {
+        boolean[] r = revealed;
+        if (id >= 0 && (id >= r.length || !r[id])) revealNow(t, id);
+        int d = t.depth + 1;
+        if (d == t.stack.length) t.grow();
+        Node parent = d == 1 ? t.top : t.stack[d - 1];
+        Node n = parent.child(id);
+        t.stack[d] = n;
+        t.child[d] = 0;
+        t.below[d] = 0;
+        t.depth = d;
+        t.start[d] = now();
+        return n;
+    }
+
+    private static void revealNow(T t, int id) {
+        long a = now();
+        reveal(id);
+        boolean[] r = revealed;
+        if (id < r.length) r[id] = true;
+        shift(t, now() - a);
+    }
+
+    /** Takes a pause (revealing, instrumenting) out of every activation on the stack. */
+    private static void shift(T t, long pause) {
+        for (int k = 1; k <= t.depth; k++) t.start[k] += pause;
+    }
+
+    /** Bytecodes the method executed since its last hand-over (before a call). */
+    public static void count(Node n, long bytecodes) {
+        if (n == null) return;
+        if (minLatency == 0) {
+            n.bytecodes += bytecodes;
+        } else {
+            T t = n.t;
+            if (n.epoch != t.epoch) t.touch(n);
+            n.pBytecodes += bytecodes;
+        }
+    }
+
+    /** Exit (normal or exceptional) of an instrumented method. */
+    public static void close(Node n, long bytecodes) {
+        if (n == null) return;
+        long end = now();
+        T t = n.t;
+        int d = t.depth;
+        if (d == 0) return;
+        if (t.stack[d] != n) {
+            // Frames that left without their exit (a constructor without an exit handler):
+            // closed now, at this time.
+            int k = d;
+            while (k > 0 && t.stack[k] != n) k--;
+            if (k == 0) return;
+            while (t.depth > k) pop(t, end, 0);
+        }
+        pop(t, end, bytecodes);
+    }
+
+    /** Exception handler entry: the catching frame's activation is the current one again. */
+    public static void restore(Node n) {
+        if (n == null) return;
+        T t = n.t;
+        int d = t.depth;
+        if (d == 0 || t.stack[d] == n) return;
+        int k = d;
+        while (k > 0 && t.stack[k] != n) k--;
+        if (k == 0) return;
+        long end = now();
+        while (t.depth > k) pop(t, end, 0);
+    }
+
+    /** Before {@code Method.invoke} in an instrumented method: reveal the reflective callee. */
+    public static void reflect(java.lang.reflect.Method m) {
+        if (!on || m == null) return;
+        T t = current();
+        if (t.depth == 0 || t.lastReflected == m) return;
+        t.lastReflected = m;
+        long a = now();
+        reflected(m);
+        shift(t, now() - a);
+    }
+
+    private static void pop(T t, long end, long bytecodes) {
+        int d = t.depth;
+        Node n = t.stack[d];
+        long below = t.below[d];
+        long incl = end - t.start[d] - ((inner256 + below * (inner256 + outer256)) >> 8);
+        long self = incl - t.child[d];
+        t.stack[d] = null;
+        t.depth = d - 1;
+        if (d > 1) {
+            t.child[d - 1] += incl;
+            t.below[d - 1] += below + 1;
+        }
+        t.calls++;
+        if (minLatency == 0) {
+            n.calls++;
+            n.selfNs += self;
+            n.bytecodes += bytecodes;
+            n.inclNs += incl;
+            n.inclSq += (double) incl * (double) incl;
+            if (incl < n.min) n.min = incl;
+            if (incl > n.max) n.max = incl;
+        } else {
+            if (n.epoch != t.epoch) t.touch(n);
+            n.pCalls++;
+            n.pSelf += self;
+            n.pBytecodes += bytecodes;
+            n.pIncl += incl;
+            n.pSq += (double) incl * (double) incl;
+            if (incl < n.pMin) n.pMin = incl;
+            if (incl > n.pMax) n.pMax = incl;
+            if (d == 1) finishRoot(t, incl >= minLatency);
+        }
+    }
+
+    /** The end of a root invocation under a minimum latency: keep its numbers or drop them. */
+    private static void finishRoot(T t, boolean keep) {
+        for (int i = 0; i < t.nTouched; i++) {
+            Node n = t.touched[i];
+            t.touched[i] = null;
+            if (keep) {
+                n.calls += n.pCalls;
+                n.selfNs += n.pSelf;
+                n.bytecodes += n.pBytecodes;
+                n.inclNs += n.pIncl;
+                n.inclSq += n.pSq;
+                if (n.pMin < n.min) n.min = n.pMin;
+                if (n.pMax > n.max) n.max = n.pMax;
+            }
+            n.pCalls = 0;
+            n.epoch = 0;
+        }
+        t.nTouched = 0;
+        t.epoch++;
+    }
+
+    // ---- the agent's side (JNI, on its own thread) ----
+
+    /** Starts a session: fresh trees, the settings, the revealed flags cleared. */
+    public static void begin(boolean cpuTimer, long minLatencyNs, int budget) {
+        synchronized (LOCK) {
+            on = false;
+            session++;
+            threads = new T[16];
+            threadCount = 0;
+            frozen = new T[0];
+            nodes = 0;
+            full = false;
+            maxNodes = budget > 0 ? budget : maxNodes;
+        }
+        cpu = cpuTimer;
+        minLatency = minLatencyNs;
+        revealed = new boolean[64];
+    }
+
+    /** Room for method ids below n (ids grow as methods are revealed). */
+    public static void ensure(int n) {
+        boolean[] r = revealed;
+        if (n <= r.length) return;
+        int size = r.length;
+        while (size < n) size *= 2;
+        boolean[] g = new boolean[size];
+        System.arraycopy(r, 0, g, 0, r.length);
+        revealed = g;
+    }
+
+    /** Marks a method revealed without calling the agent (the calibration's methods). */
+    public static void markRevealed(int id) {
+        ensure(id + 1);
+        revealed[id] = true;
+    }
+
+    public static void setOn(boolean value) {
+        on = value;
+    }
+
+    public static void setCorrection(long inner, long outer) {
+        inner256 = inner;
+        outer256 = outer;
+    }
+
+    /**
+     * Measures the probes' cost on this JVM with the probes compiled: RootsCalibration.loop (a
+     * root, id 0) calls RootsCalibration.empty (id 1) n times; plainLoop does the same without
+     * probes. Over rounds (the first half warms the compilers up) the median of: inner, the
+     * mean measured time of empty (probe code between its two timestamps, as its body is next
+     * to nothing); outer, what each call adds to loop's own time beyond the plain loop's. In
+     * 1/256 ns: {inner, outer}. Runs on the calling (agent) thread with a tree of its own that
+     * no profile sees.
+     */
+    public static long[] calibrate(int rounds, int n) {
+        boolean wasOn = on;
+        long savedInner = inner256, savedOuter = outer256, savedLatency = minLatency;
+        inner256 = 0;
+        outer256 = 0;
+        minLatency = 0;
+        on = true;
+        Thread th = Thread.currentThread();
+        int slot = (int) th.getId() & (BY_ID.length - 1);
+        T saved = BY_ID[slot];
+        long[] inners = new long[rounds];
+        long[] outers = new long[rounds];
+        try {
+            for (int r = 0; r < rounds; r++) {
+                T t = new T(th, session);
+                t.budget = 16;
+                BY_ID[slot] = t;
+                RootsCalibration.loop(n);
+                long a = now();
+                RootsCalibration.plainLoop(n);
+                long plain = now() - a;
+                Node loop = t.top.find(0);
+                Node empty = loop == null ? null : loop.find(1);
+                if (empty == null || empty.calls == 0) return null;
+                inners[r] = empty.inclNs * 256 / empty.calls;
+                outers[r] = (loop.selfNs - plain) * 256 / n;
+            }
+        } finally {
+            BY_ID[slot] = saved;
+            on = wasOn;
+            inner256 = savedInner;
+            outer256 = savedOuter;
+            minLatency = savedLatency;
+        }
+        int half = rounds / 2;
+        long[] a = new long[rounds - half];
+        long[] b = new long[rounds - half];
+        System.arraycopy(inners, half, a, 0, a.length);
+        System.arraycopy(outers, half, b, 0, b.length);
+        java.util.Arrays.sort(a);
+        java.util.Arrays.sort(b);
+        long outer = b[b.length / 2];
+        return new long[] {a[a.length / 2], outer < 0 ? 0 : outer};
+    }
+
+    /** Freezes the list of thread trees for threadName/tree and returns how many there are. */
+    public static int threads() {
+        synchronized (LOCK) {
+            T[] f = new T[threadCount];
+            System.arraycopy(threads, 0, f, 0, threadCount);
+            frozen = f;
+            return f.length;
+        }
+    }
+
+    public static String threadName(int i) {
+        T t = frozen[i];
+        String n = t.thread.getName();
+        return n != null ? n : t.name;
+    }
+
+    /** Values per node of tree(i). */
+    static final int FIELDS = 9;
+
+    /**
+     * Thread i's contexts in creation order (a parent before its children), FIELDS longs each:
+     * parent index (-1 for the thread's top), method id, calls, own time, bytecodes, inclusive
+     * time, the bits of the sum of squared inclusive times (a double), min, max.
+     */
+    public static long[] tree(int i) {
+        T t = frozen[i];
+        int n = t.count;
+        Node[] all = t.all;
+        if (n > all.length) n = all.length;
+        long[] out = new long[n * FIELDS];
+        for (int k = 0; k < n; k++) {
+            Node x = all[k];
+            if (x == null) continue;
+            int o = k * FIELDS;
+            out[o] = x.parent;
+            out[o + 1] = x.method;
+            out[o + 2] = x.calls;
+            out[o + 3] = x.selfNs;
+            out[o + 4] = x.bytecodes;
+            out[o + 5] = x.inclNs;
+            out[o + 6] = Double.doubleToRawLongBits(x.inclSq);
+            out[o + 7] = x.min;
+            out[o + 8] = x.max;
+        }
+        return out;
+    }
+
+    /** Calls recorded so far, all threads (for status). */
+    public static long calls() {
+        synchronized (LOCK) {
+            long sum = 0;
+            for (int i = 0; i < threadCount; i++) sum += threads[i].calls;
+            return sum;
+        }
+    }
+
+    /** Contexts kept and the budget. */
+    public static long[] stats() {
+        synchronized (LOCK) {
+            long used = nodes;
+            for (int i = 0; i < threadCount; i++) used -= threads[i].budget;
+            return new long[] {used, maxNodes};
+        }
+    }
+}
