@@ -705,3 +705,69 @@ fn exact_pass_leaves_synchronized_and_finally_methods_compilable() {
         }
     }
 }
+
+#[test]
+fn call_targets_name_every_kind_of_call_site() {
+    use jvmprof_classfile::subgraph::{Dispatch, call_targets, header};
+    // Its own directory: the other tests count the fixture classes.
+    let dir = compile(
+        "targets",
+        &[fixtures_dir().join("targets/Targets.java")],
+        "17",
+    );
+    let data = std::fs::read(dir.join("Targets.class")).unwrap();
+    let h = header(&data).unwrap();
+    assert_eq!(h.name, "Targets");
+    assert_eq!(h.super_name.as_deref(), Some("Base"));
+    assert_eq!(h.interfaces, vec!["java/lang/Runnable".to_string()]);
+    assert!(
+        h.methods
+            .iter()
+            .any(|(n, d, code)| n == "all" && d.starts_with("(LTargets$Shape;") && *code)
+    );
+    let all = h.methods.iter().find(|m| m.0 == "all").unwrap().1.clone();
+    let targets = call_targets(&data, "all", &all).unwrap();
+    let has = |class: &str, name: &str, dispatch: Dispatch| {
+        targets
+            .iter()
+            .any(|t| t.class == class && t.name == name && t.dispatch == dispatch)
+    };
+    assert!(has("Targets", "helper", Dispatch::Direct), "{targets:?}");
+    // javac 11+ calls a private method with invokevirtual (nestmates): resolved upwards only.
+    assert!(
+        has("Targets", "secret", Dispatch::Virtual) || has("Targets", "secret", Dispatch::Direct),
+        "{targets:?}"
+    );
+    assert!(
+        has("Targets$Shape", "area", Dispatch::Virtual),
+        "{targets:?}"
+    );
+    assert!(has("Base", "base", Dispatch::Virtual), "{targets:?}");
+    assert!(
+        has("Base", "base", Dispatch::Direct),
+        "super.base(): {targets:?}"
+    );
+    assert!(
+        targets
+            .iter()
+            .any(|t| t.class == "Targets" && t.name.starts_with("lambda$all$")),
+        "lambda body: {targets:?}"
+    );
+    assert!(
+        has("Targets", "run", Dispatch::Virtual),
+        "this::run: {targets:?}"
+    );
+    assert!(
+        has("java/lang/reflect/Method", "invoke", Dispatch::Virtual),
+        "{targets:?}"
+    );
+    assert!(
+        !targets.iter().any(|t| t.name == "clone"),
+        "array clone is no target: {targets:?}"
+    );
+    // Each target once.
+    let mut seen = std::collections::HashSet::new();
+    assert!(targets.iter().all(|t| seen.insert(t.clone())));
+    assert!(call_targets(&data, "nosuch", "()V").unwrap().is_empty());
+    assert!(call_targets(b"\xca\xfe\xba\xbe\0", "all", &all).is_err());
+}

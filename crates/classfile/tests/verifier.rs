@@ -10,6 +10,7 @@ use std::process::Command;
 use jvmprof_classfile::ClassFile;
 use jvmprof_classfile::bba::Mode;
 use jvmprof_classfile::instrument::{MethodTable, Probes, instrument_class};
+use jvmprof_classfile::subgraph;
 
 fn java_home() -> PathBuf {
     if let Some(h) = std::env::var_os("JAVA_HOME") {
@@ -193,4 +194,40 @@ fn every_pass_links_on_jdk_compiler_and_debian_jars() {
         );
         let _ = std::fs::remove_dir_all(&out);
     }
+
+    // Root-method profiling's pass: every method, those with even-length names as roots, no
+    // bytecode counting (the exact pass's code path with `close(node, 0)`), and the
+    // Method.invoke hook wherever reflection is called.
+    let out = work.join("out-roots");
+    let mut outs = Vec::new();
+    let (mut rewritten, mut id) = (0, 0);
+    for r in &roots {
+        let o = out.join(r.file_name().unwrap());
+        let mut fs = Vec::new();
+        walk(r, &mut fs);
+        for f in fs {
+            let res = subgraph::instrument_selected(&std::fs::read(&f).unwrap(), None, |n, _| {
+                id += 1;
+                Some((id, n.len() % 2 == 0))
+            })
+            .unwrap();
+            rewritten += res.rewritten;
+            let dest = o.join(f.strip_prefix(r).unwrap());
+            std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+            std::fs::write(dest, res.bytes).unwrap();
+        }
+        outs.push(o);
+    }
+    assert!(
+        rewritten > 30_000,
+        "roots: only {rewritten} methods rewritten"
+    );
+    let r = verify_load(&harness, &["--exclude", baseline.to_str().unwrap()], &outs);
+    assert_eq!(r[0], base[0], "roots: linked count changed");
+    assert_eq!(
+        (r[1], r[2], r[3]),
+        (0, 0, 0),
+        "roots: verify/format/other errors"
+    );
+    let _ = std::fs::remove_dir_all(&out);
 }

@@ -963,6 +963,55 @@ mod tests {
     }
 
     #[test]
+    fn root_sessions() {
+        let o = start("mode=exact,root=a.B.run,root=a.B.go(ILjava/lang/String;)V,min_latency=5ms");
+        let x = o.exact.clone().unwrap();
+        assert_eq!(x.roots.len(), 2);
+        assert_eq!(
+            x.roots[1].descriptor.as_deref(),
+            Some("(ILjava/lang/String;)V")
+        );
+        assert_eq!(x.min_latency, Some(Duration::from_millis(5)));
+        assert!(!x.bytecodes);
+        assert_eq!(o.metrics(), vec![Metric::Calls, Metric::Ns]);
+        let cpu = start("mode=exact,root=a.B.run,timer=cpu,bba=precise");
+        assert_eq!(
+            cpu.metrics(),
+            vec![Metric::Calls, Metric::CpuNs, Metric::Bytecodes]
+        );
+        // Whole-program exact mode keeps its metrics.
+        assert_eq!(
+            start("mode=exact").metrics(),
+            vec![Metric::Calls, Metric::Bytecodes]
+        );
+        let e = parse("mode=exact,root=a.B.run(Lfoo").unwrap_err();
+        assert!(
+            e.contains("bad root 'a.B.run(Lfoo'") && e.contains("no closing ';'"),
+            "{e}"
+        );
+        assert!(
+            parse("mode=exact,root=run")
+                .unwrap_err()
+                .contains("bad root 'run'")
+        );
+        assert!(
+            parse("mode=cpu,root=a.B.run")
+                .unwrap_err()
+                .contains("need mode exact")
+        );
+        assert!(
+            parse("mode=exact,timer=cpu")
+                .unwrap_err()
+                .contains("need a root")
+        );
+        assert!(
+            parse("mode=exact,root=a.B.c,timer=x")
+                .unwrap_err()
+                .contains("unknown timer")
+        );
+    }
+
+    #[test]
     fn parses_all_keys() {
         let o = start(
             "mode=wall+alloc+lock,alloc_interval=1m,live,lock_threshold=1ms,interval=1ms,file=/tmp/x.collapsed,threads,depth=64,engine=safepoint,duration=30s,value=ns",

@@ -138,7 +138,14 @@ impl Tables {
 
     /// Selects a method for instrumentation; true if it is new.
     fn select(&mut self, class: &str, name: &str, descriptor: &str, root: bool) -> bool {
-        if !self.wanted(class) {
+        // A root is instrumented wherever it is (a JDK method too, unless the agent may
+        // never rewrite its class); its callees only in scope (JDK classes with `include`).
+        let in_scope = if root {
+            wanted_class(&self.options, class, Origin::Application)
+        } else {
+            self.wanted(class)
+        };
+        if !in_scope {
             return false;
         }
         let key = (class.to_string(), name.to_string(), descriptor.to_string());
