@@ -29,6 +29,7 @@ pub mod report;
 pub mod speedscope;
 mod stacks;
 pub mod trace;
+pub mod tracelog;
 
 #[cfg(test)]
 mod testdata;

@@ -10,6 +10,10 @@
 //! Versions: 1 stored each stack as its list of frames; 2 stores the stacks as a tree of
 //! prefixes ([`crate::Stacks`]), two numbers a stack however deep; 3 adds the timeline
 //! ([`Profile::timeline`]). All three are read.
+//!
+//! Trace mode appends its method traces after the compressed profile: the section marker and
+//! checksummed chunks of [`crate::tracelog`], readable up to any damage ([`read_trace`]).
+//! Readers of the profile alone stop at the end of the compressed stream.
 
 use crate::error::{Error, Result};
 use crate::model::{Frame, Meta, Profile, Sample, Stacks, Thread};
@@ -73,6 +77,35 @@ impl<W> KeepError<W> {
         self.error.get_or_insert(e);
         copy
     }
+}
+
+/// The method traces after the profile of a native file's bytes, if it has any: the traces
+/// read (up to any damage) and what was damaged. `origin` names the file in messages.
+pub fn read_trace(
+    bytes: &[u8],
+    origin: &str,
+) -> Result<Option<(crate::tracelog::VmTrace, Option<String>)>> {
+    if bytes.len() < 10 || &bytes[..MAGIC.len()] != MAGIC {
+        return Err(Error::NotJvmprof);
+    }
+    let mut gz = flate2::bufread::GzDecoder::new(&bytes[10..]);
+    if let Err(e) = io::copy(&mut gz, &mut io::sink()) {
+        return Err(Error::invalid(
+            FORMAT,
+            format!("{origin}: the profile before the traces is damaged ({e})"),
+        ));
+    }
+    let rest = gz.into_inner();
+    if rest.is_empty() {
+        return Ok(None);
+    }
+    let Some(chunks) = rest.strip_prefix(crate::tracelog::SECTION.as_slice()) else {
+        return Err(Error::invalid(
+            FORMAT,
+            format!("{origin}: unexpected bytes after the profile (no trace section marker)"),
+        ));
+    };
+    Ok(Some(crate::tracelog::read_chunks(chunks, origin)))
 }
 
 /// Reads a native file, checking the header, the gzip checksum and every index in the profile.
@@ -460,5 +493,40 @@ mod tests {
             gz.finish().unwrap();
             let _ = read(&bytes[..]);
         }
+    }
+}
+
+#[cfg(test)]
+mod trace_section_tests {
+    use super::*;
+    use crate::tracelog::{Chunk, Event, SECTION, write_chunk};
+
+    #[test]
+    fn traces_after_the_profile_leave_it_readable() {
+        let profile = crate::testdata::sample_profile();
+        let mut bytes = Vec::new();
+        write(&profile, &mut bytes).unwrap();
+        assert!(read_trace(&bytes, "p").unwrap().is_none());
+        bytes.extend_from_slice(SECTION);
+        let c = Chunk {
+            threads: vec![(3, "main".into())],
+            events: vec![(
+                3,
+                vec![Event::Enter { method: 0, ns: 1 }, Event::Exit { ns: 2 }],
+            )],
+            methods: vec![(0, "A.b".into())],
+            ..Chunk::default()
+        };
+        write_chunk(&c, &mut bytes).unwrap();
+        assert_eq!(read(&bytes[..]).unwrap(), profile);
+        let (t, damage) = read_trace(&bytes, "p").unwrap().unwrap();
+        assert!(damage.is_none());
+        assert_eq!(t.threads[0].events.len(), 2);
+        let (_, damage) = read_trace(&bytes[..bytes.len() - 2], "p").unwrap().unwrap();
+        assert!(damage.unwrap().starts_with("p: the trace is damaged"));
+        let mut junk = Vec::new();
+        write(&profile, &mut junk).unwrap();
+        junk.extend_from_slice(b"garbage!");
+        assert!(read_trace(&junk, "p").is_err());
     }
 }
