@@ -526,6 +526,20 @@ fn assert_session_metadata(p: &Profile, roots: &str) {
         "{:#?}",
         p.meta.extra
     );
+    // Every method the session selected was instrumented (the agent lists the ones it could
+    // not rewrite, with why, in root_skipped; abstract and native ones have no code).
+    let skipped: Vec<&str> = p
+        .meta
+        .extra
+        .get("root_skipped")
+        .map_or("", |s| s.as_str())
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.contains(": no code"))
+        .collect();
+    assert!(
+        skipped.is_empty(),
+        "methods of the subgraph left uninstrumented: {skipped:#?}"
+    );
     for k in ["root_inner_ns", "root_outer_ns"] {
         let v: f64 = meta(p, k)
             .parse()
@@ -1187,6 +1201,39 @@ fn status_shows_root_calls_during_the_session() {
             written >= calls.unwrap(),
             "JDK {jdk}: status said {calls:?} calls, the profile has {written}"
         );
+        fx.finish();
+    }
+}
+
+/// (g) A root whose body is a for-each loop inside try/finally, as javac compiles it: the
+/// catch-all handler covers its own first instruction (javap -c RootFixture, guarded:
+/// `12 52 59 any` and `59 61 59 any`). The shape is everywhere in real code (javac's own
+/// Attr.attribClass and ClassReader$AnnotationCompleter.run have it). guarded x5, each
+/// calling guardLeaf once per element of SHAPES (3).
+#[test]
+fn try_finally_around_a_for_each_loop_is_instrumented() {
+    let _g = serial();
+    for home in jdk_homes() {
+        let mut fx = Fixture::start(home.as_deref());
+        let pid = fx.pid();
+        let root = "RootFixture.guarded";
+        let what = format!("JDK {} attach --root {root}", fx.jdk);
+        let file = scratch_file("guard", home.as_deref(), "guard.jvmprof");
+        let session = Session::attach(&pid, &["--root", root], &file);
+        let truth = fx.command("guard");
+        let (p, _) = session.stop();
+        assert_eq!([t(&truth, "guarded"), t(&truth, "guard_leaf")], [5, 15]);
+        let want: BTreeMap<String, u64> = [
+            (root.to_string(), t(&truth, "guarded")),
+            (
+                format!("{root};RootFixture.guardLeaf"),
+                t(&truth, "guard_leaf"),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        assert_contexts(&what, &fixture_calls(&p), &want, &p);
+        assert_session_metadata(&p, root);
         fx.finish();
     }
 }
