@@ -131,7 +131,9 @@ pub fn run(
             }
             w.poll(&jni);
             w.flush_engines(&jni);
-            if let Err(e) = write_profile(w.sink.profile(), file, &shared.options)
+            let appendix = shared.engines.iter().find_map(|e| e.appendix());
+            if let Err(e) =
+                write_profile(w.sink.profile(), file, &shared.options, appendix.as_deref())
                 && !std::mem::replace(&mut flush_failed, true)
             {
                 say(&format!("{e} (flush); profiling continues"));
@@ -339,6 +341,9 @@ impl Writer {
             stream.finish(&profile, gained);
         }
         let o = &self.shared.options;
+        // Trace mode's traces, which follow the profile in a native file.
+        let appendix = self.shared.engines.iter().find_map(|e| e.appendix());
+        let _remove = RemoveOnDrop(appendix.clone());
         if orphaned && let Some(wanted) = &o.owner_file {
             let owner = o.owner.map_or(0, |(pid, _)| pid);
             let outcome = write_profile(
@@ -348,6 +353,7 @@ impl Writer {
                     format: None,
                     ..o.clone()
                 },
+                appendix.as_deref(),
             );
             if let Some(native) = &o.file {
                 remove_private_files(native, &[o.status.as_deref(), o.log.as_deref()]);
@@ -370,7 +376,7 @@ impl Writer {
         }
         match &o.file {
             Some(file) => {
-                write_profile(&profile, file, o)?;
+                write_profile(&profile, file, o, appendix.as_deref())?;
                 Ok(format!(
                     "{} samples written to {}",
                     profile.total(0),
@@ -411,7 +417,25 @@ fn remove_private_files(native: &Path, others: &[Option<&Path>]) {
     }
 }
 
-fn write_profile(profile: &Profile, file: &Path, o: &Options) -> Result<(), String> {
+/// Removes a file when dropped (trace mode's part file, once the native file has it).
+struct RemoveOnDrop(Option<std::path::PathBuf>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Writes the profile; a native file also gets `appendix`'s bytes after it (trace mode's
+/// traces).
+fn write_profile(
+    profile: &Profile,
+    file: &Path,
+    o: &Options,
+    appendix: Option<&Path>,
+) -> Result<(), String> {
     let format = match &o.format {
         Some(f) => Format::parse(f),
         None => Format::from_path(file),
@@ -430,7 +454,25 @@ fn write_profile(profile: &Profile, file: &Path, o: &Options) -> Result<(), Stri
     let mut bytes = Vec::new();
     jvmprof_profile::write(profile, format, &options, &mut bytes)
         .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    write_atomically(file, &bytes).map_err(|e| format!("cannot write {}: {e}", file.display()))
+    let appendix = appendix.filter(|_| format == Format::Native);
+    write_atomically_with(file, &bytes, appendix)
+        .map_err(|e| format!("cannot write {}: {e}", file.display()))
+}
+
+/// [`write_atomically`], with the bytes of `then` (a file) after `bytes`.
+fn write_atomically_with(path: &Path, bytes: &[u8], then: Option<&Path>) -> std::io::Result<()> {
+    let Some(then) = then else {
+        return write_atomically(path, bytes);
+    };
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+        std::io::Write::write_all(&mut out, bytes)?;
+        std::io::copy(&mut std::fs::File::open(then)?, &mut out)?;
+        std::io::Write::flush(&mut out)?;
+    }
+    std::fs::rename(&tmp, path)
 }
 
 /// Writes to `path.tmp` and renames, so a reader never sees half a file.

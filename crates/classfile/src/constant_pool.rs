@@ -306,6 +306,13 @@ impl ConstantPool {
         let nt = self.find_or_push(Constant::NameAndType(n, d))?;
         self.find_or_push(Constant::Methodref(c, nt))
     }
+    pub(crate) fn add_fieldref(&mut self, class: &str, name: &str, desc: &str) -> RawResult<u16> {
+        let c = self.add_class(class)?;
+        let n = self.add_utf8(name)?;
+        let d = self.add_utf8(desc)?;
+        let nt = self.find_or_push(Constant::NameAndType(n, d))?;
+        self.find_or_push(Constant::Fieldref(c, nt))
+    }
     /// Index of an existing Class entry for `name`, if any.
     pub(crate) fn find_class(&self, name: &str) -> Option<u16> {
         let enc = mutf8::encode(name);

@@ -152,6 +152,7 @@ fn rewrite_method(
                 open: "open",
                 bytecodes: Some(mode),
                 reflect: false,
+                prologue: None,
             };
             *note = add_contexts(cf, &mut code, id, mname == "<init>", &p)?;
             table.names.push(name());
@@ -327,7 +328,7 @@ const DUP2_X1: u8 = 0x5d;
 const POP2: u8 = 0x58;
 
 /// What the calling-context pass calls: the exact mode's runtime, or the root-subgraph one.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ContextProbes<'a> {
     /// The runtime class (`open`, `close`, `count`, `restore`, `reflect`).
     pub runtime: &'a str,
@@ -339,6 +340,9 @@ pub struct ContextProbes<'a> {
     pub bytecodes: Option<Mode>,
     /// Hand the `Method` of each `Method.invoke` call to `reflect` first.
     pub reflect: bool,
+    /// Code that leaves the method's node on the stack, instead of `open(id)` (remote-call
+    /// hooks: a runtime call with the method's arguments).
+    pub prologue: Option<Vec<Insn>>,
 }
 
 /// `invokevirtual java/lang/reflect/Method.invoke(Object, Object[])`.
@@ -532,10 +536,11 @@ pub(crate) fn add_contexts(
                     index: counter,
                 },
             ]);
-            if let Some(l) = self_covered.get(&i) {
-                v.push(Insn::Label(*l));
-            }
             dirty = true;
+        }
+        // After the probes placed here (restore, block counter), also without blocks.
+        if let Some(l) = self_covered.get(&i) {
+            inserts.entry(i).or_default().push(Insn::Label(*l));
         }
         let returns = matches!(insn, Insn::Simple(op) if is_return(*op));
         if let Some(reflect) = reflect
@@ -614,17 +619,20 @@ pub(crate) fn add_contexts(
     // The prologue goes before everything, labels included: a jump to the first instruction
     // must not run it again.
     let mut prologue = reset.to_vec();
-    prologue.extend([
-        Insn::push_int(&mut cf.constant_pool, id).map_err(|x| x.what)?,
-        Insn::Ref {
-            op: INVOKESTATIC,
-            index: open,
-        },
-        Insn::Local {
-            op: ASTORE,
-            index: node,
-        },
-    ]);
+    match &p.prologue {
+        Some(code) => prologue.extend(code.iter().cloned()),
+        None => prologue.extend([
+            Insn::push_int(&mut cf.constant_pool, id).map_err(|x| x.what)?,
+            Insn::Ref {
+                op: INVOKESTATIC,
+                index: open,
+            },
+        ]),
+    }
+    prologue.push(Insn::Local {
+        op: ASTORE,
+        index: node,
+    });
     code.insns.splice(0..0, prologue);
 
     if !ranges.is_empty() {

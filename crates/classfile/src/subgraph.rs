@@ -226,6 +226,7 @@ pub fn instrument_selected(
             open: if root { "openRoot" } else { "open" },
             bytecodes,
             reflect: true,
+            prologue: None,
         };
         let result = (|| -> std::result::Result<Option<String>, String> {
             let Some(mut code) = Code::read(&cf, i).map_err(|e| e.to_string())? else {
@@ -251,6 +252,205 @@ pub fn instrument_selected(
     }
     out.bytes = cf.write();
     Ok(out)
+}
+
+/// A probe trace mode puts into the JDK's remote-call code, calling static methods of the
+/// root runtime with the method's arguments (passed as `Object`s).
+#[derive(Debug, Clone, Copy)]
+pub enum Hook<'a> {
+    /// A span: `node = Roots.call(locals...)` first, `close(node, 0)` on every exit.
+    Span { call: &'a str, args: &'a [u16] },
+    /// A span that also replaces an argument: `arg = (class) Roots.call(arg)`, then
+    /// `node = Roots.pending()`.
+    SpanReplacing {
+        call: &'a str,
+        arg: u16,
+        class: &'a str,
+    },
+    /// `Roots.call(locals...)` before every return (in a constructor: after its fields are set).
+    BeforeReturn { call: &'a str, args: &'a [u16] },
+    /// `Roots.call(this.field)` first.
+    EntryField {
+        call: &'a str,
+        field: &'a str,
+        descriptor: &'a str,
+    },
+}
+
+fn object_args(n: usize) -> String {
+    "Ljava/lang/Object;".repeat(n)
+}
+
+/// Puts `hooks` (method name, descriptor, probe) into a class; methods not named stay as
+/// they were. The outcome lists what could not be hooked.
+pub fn hook_methods(data: &[u8], hooks: &[(&str, &str, Hook)]) -> Result<Outcome> {
+    use crate::code::Insn;
+    const ALOAD: u8 = 0x19;
+    const GETFIELD: u8 = 0xb4;
+    const CHECKCAST: u8 = 0xc0;
+    const ASTORE: u8 = 0x3a;
+    let mut cf = ClassFile::read(data)?;
+    let mut out = Outcome {
+        bytes: Vec::new(),
+        rewritten: 0,
+        skipped: Vec::new(),
+        notes: Vec::new(),
+    };
+    let class_name = cf.name();
+    let node_desc = format!("L{ROOTS_NODE};");
+    for i in 0..cf.methods.len() {
+        let m = &cf.methods[i];
+        let (mname, desc) = (cf.member_name(m), cf.member_descriptor(m));
+        let Some((_, _, hook)) = hooks.iter().find(|(n, d, _)| *n == mname && *d == desc) else {
+            continue;
+        };
+        let pool_len = cf.constant_pool.len();
+        let result = (|| -> std::result::Result<(), String> {
+            let cp_err = |e: crate::error::RawError| e.what;
+            let Some(mut code) = Code::read(&cf, i).map_err(|e| e.to_string())? else {
+                return Err("no code".into());
+            };
+            let loads = |args: &[u16]| -> Vec<Insn> {
+                args.iter()
+                    .map(|&a| Insn::Local {
+                        op: ALOAD,
+                        index: a,
+                    })
+                    .collect()
+            };
+            match *hook {
+                Hook::Span { call, args } => {
+                    let m = cf
+                        .constant_pool
+                        .add_methodref(
+                            ROOTS_CLASS,
+                            call,
+                            &format!("({}){node_desc}", object_args(args.len())),
+                        )
+                        .map_err(cp_err)?;
+                    let mut prologue = loads(args);
+                    prologue.push(Insn::Ref {
+                        op: INVOKESTATIC,
+                        index: m,
+                    });
+                    span(&mut cf, &mut code, prologue)?;
+                }
+                Hook::SpanReplacing { call, arg, class } => {
+                    let m = cf
+                        .constant_pool
+                        .add_methodref(ROOTS_CLASS, call, "(Ljava/lang/Object;)Ljava/lang/Object;")
+                        .map_err(cp_err)?;
+                    let c = cf.constant_pool.add_class(class).map_err(cp_err)?;
+                    let pending = cf
+                        .constant_pool
+                        .add_methodref(ROOTS_CLASS, "pending", &format!("(){node_desc}"))
+                        .map_err(cp_err)?;
+                    let prologue = vec![
+                        Insn::Local {
+                            op: ALOAD,
+                            index: arg,
+                        },
+                        Insn::Ref {
+                            op: INVOKESTATIC,
+                            index: m,
+                        },
+                        Insn::Ref {
+                            op: CHECKCAST,
+                            index: c,
+                        },
+                        Insn::Local {
+                            op: ASTORE,
+                            index: arg,
+                        },
+                        Insn::Ref {
+                            op: INVOKESTATIC,
+                            index: pending,
+                        },
+                    ];
+                    span(&mut cf, &mut code, prologue)?;
+                }
+                Hook::BeforeReturn { call, args } => {
+                    let m = cf
+                        .constant_pool
+                        .add_methodref(
+                            ROOTS_CLASS,
+                            call,
+                            &format!("({})V", object_args(args.len())),
+                        )
+                        .map_err(cp_err)?;
+                    let mut probe = loads(args);
+                    probe.push(Insn::Ref {
+                        op: INVOKESTATIC,
+                        index: m,
+                    });
+                    let returns = code.return_indices();
+                    code.insert_many(returns.iter().map(|&r| (r, probe.clone())).collect());
+                    code.max_stack = code
+                        .max_stack
+                        .checked_add(args.len() as u16)
+                        .ok_or("max_stack overflow")?;
+                }
+                Hook::EntryField {
+                    call,
+                    field,
+                    descriptor,
+                } => {
+                    let f = cf
+                        .constant_pool
+                        .add_fieldref(&class_name, field, descriptor)
+                        .map_err(cp_err)?;
+                    let m = cf
+                        .constant_pool
+                        .add_methodref(ROOTS_CLASS, call, "(Ljava/lang/Object;)V")
+                        .map_err(cp_err)?;
+                    let probe = vec![
+                        Insn::Local {
+                            op: ALOAD,
+                            index: 0,
+                        },
+                        Insn::Ref {
+                            op: GETFIELD,
+                            index: f,
+                        },
+                        Insn::Ref {
+                            op: INVOKESTATIC,
+                            index: m,
+                        },
+                    ];
+                    code.insns.splice(0..0, probe);
+                    code.max_stack = code.max_stack.checked_add(1).ok_or("max_stack overflow")?;
+                }
+            }
+            cf.set_code(i, &code).map_err(|e| e.what)
+        })();
+        match result {
+            Ok(()) => out.rewritten += 1,
+            Err(why) => {
+                cf.constant_pool.truncate(pool_len);
+                out.skipped
+                    .push(format!("{class_name}.{mname}{desc}: {why}"));
+            }
+        }
+    }
+    out.bytes = cf.write();
+    Ok(out)
+}
+
+/// The calling-context pass with a custom entry (which leaves the node on the stack).
+fn span(
+    cf: &mut ClassFile,
+    code: &mut Code,
+    prologue: Vec<crate::code::Insn>,
+) -> std::result::Result<(), String> {
+    let probes = ContextProbes {
+        runtime: ROOTS_CLASS,
+        node: ROOTS_NODE,
+        open: "open",
+        bytecodes: None,
+        reflect: false,
+        prologue: Some(prologue),
+    };
+    add_contexts(cf, code, 0, false, &probes).map(|_| ())
 }
 
 #[cfg(test)]

@@ -201,6 +201,7 @@ fn every_pass_links_on_jdk_compiler_and_debian_jars() {
     let out = work.join("out-roots");
     let mut outs = Vec::new();
     let (mut rewritten, mut id) = (0, 0);
+    let mut refused: Vec<String> = Vec::new();
     for r in &roots {
         let o = out.join(r.file_name().unwrap());
         let mut fs = Vec::new();
@@ -212,6 +213,11 @@ fn every_pass_links_on_jdk_compiler_and_debian_jars() {
             })
             .unwrap();
             rewritten += res.rewritten;
+            refused.extend(
+                res.skipped
+                    .into_iter()
+                    .filter(|s| !s.ends_with(": no code")),
+            );
             let dest = o.join(f.strip_prefix(r).unwrap());
             std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
             std::fs::write(dest, res.bytes).unwrap();
@@ -221,6 +227,13 @@ fn every_pass_links_on_jdk_compiler_and_debian_jars() {
     assert!(
         rewritten > 30_000,
         "roots: only {rewritten} methods rewritten"
+    );
+    // Every method with code takes the probes (a refusal would leave it unprofiled).
+    assert!(
+        refused.is_empty(),
+        "roots: {} methods refused, e.g. {:?}",
+        refused.len(),
+        &refused[..refused.len().min(10)]
     );
     let r = verify_load(&harness, &["--exclude", baseline.to_str().unwrap()], &outs);
     assert_eq!(r[0], base[0], "roots: linked count changed");

@@ -60,6 +60,8 @@ pub fn run(args: Args) -> Result<i32> {
         root: Vec::new(),
         timer: None,
         min_latency: None,
+        vm_name: None,
+        trace_buffer: None,
         interval: "10ms".into(),
         threads: false,
         output: args.output.clone(),

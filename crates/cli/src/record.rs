@@ -55,6 +55,12 @@ pub struct Args {
     /// with their whole subtrees.
     #[arg(long, value_name = "DURATION")]
     pub min_latency: Option<String>,
+    /// trace: this JVM's name in joined trees (`jvmprof trace`); default host:pid.
+    #[arg(long, value_name = "NAME")]
+    pub vm_name: Option<String>,
+    /// trace: events each thread's buffer holds before calls are dropped (and counted).
+    #[arg(long, value_name = "EVENTS")]
+    pub trace_buffer: Option<u32>,
     /// Sampling interval (e.g. 10ms, 1ms, 500us).
     #[arg(long, default_value = "10ms")]
     pub interval: String,
@@ -169,6 +175,15 @@ pub fn run(args: Args) -> Result<i32> {
         }
         options.push_str(&format!(",root={}", root.trim()));
     }
+    if let Some(name) = &args.vm_name {
+        if name.contains(',') {
+            bail!("--vm-name '{name}': a name has no commas");
+        }
+        options.push_str(&format!(",vm_name={name}"));
+    }
+    if let Some(n) = args.trace_buffer {
+        options.push_str(&format!(",trace_buffer={n}"));
+    }
     if let Some(timer) = &args.timer {
         options.push_str(&format!(",timer={timer}"));
     }
@@ -276,13 +291,19 @@ pub fn run(args: Args) -> Result<i32> {
         bail!("the agent wrote no profile (see its messages above)");
     }
     let profile = jvmprof_profile::read_any(&native)?;
-    let out = std::fs::File::create(&output)
-        .with_context(|| format!("cannot create {}", output.display()))?;
-    let export = ExportOptions {
-        metric,
-        threads: args.threads,
-    };
-    jvmprof_profile::write(&profile, format, &export, std::io::BufWriter::new(out))?;
+    if format == jvmprof_profile::Format::Native {
+        // As the agent wrote it: a trace section after the profile stays.
+        std::fs::copy(&native, &output)
+            .with_context(|| format!("cannot write {}", output.display()))?;
+    } else {
+        let out = std::fs::File::create(&output)
+            .with_context(|| format!("cannot create {}", output.display()))?;
+        let export = ExportOptions {
+            metric,
+            threads: args.threads,
+        };
+        jvmprof_profile::write(&profile, format, &export, std::io::BufWriter::new(out))?;
+    }
     if let Some(side) = jvmprof_cli::write_method_stats_beside(&profile, format, &output)? {
         eprintln!(
             "jvmprof: per-method statistics written to {}",

@@ -206,7 +206,7 @@ impl Jni {
     /// Calls a static method with int arguments whose signature ends in `returns` (an object
     /// type); the non-null local reference it returned, or None (wrong signature, exception,
     /// null).
-    fn call_static_object(
+    pub(crate) fn call_static_object(
         &self,
         class: GlobalRef,
         name: &str,

@@ -183,6 +183,52 @@ impl Env {
 }
 
 impl Jni {
+    /// A new Java string (a local reference of the calling thread).
+    pub fn new_string(&self, text: &str) -> Option<JObject> {
+        let env = self.env();
+        let s = env.new_string_utf(text);
+        if env.exception_check() {
+            env.exception_clear();
+            return None;
+        }
+        s.map(JObject)
+    }
+
+    /// Calls a static `(I...)[Ljava/lang/String;` method with int arguments; each element
+    /// `None` where the array holds null.
+    pub fn call_static_string_array(
+        &self,
+        class: GlobalRef,
+        name: &str,
+        sig: &str,
+        args: &[i32],
+    ) -> Option<Vec<Option<String>>> {
+        let array = self.call_static_object(class, name, sig, ")[Ljava/lang/String;", args)?;
+        let env = self.env();
+        // SAFETY: `array` is the live String[] local reference just returned.
+        let len = unsafe { env.get_array_length(array) }.max(0);
+        let mut out = Vec::with_capacity(len as usize);
+        for i in 0..len {
+            // SAFETY: `i` is within the array; the element is a local reference (or null),
+            // deleted after it is read.
+            let e = unsafe { env.get_object_array_element(array, i) };
+            if env.exception_check() {
+                env.exception_clear();
+                out.push(None);
+                continue;
+            }
+            if e.is_null() {
+                out.push(None);
+            } else {
+                // SAFETY: `e` is a live String local reference.
+                out.push(unsafe { env.get_string_utf(e) });
+                self.delete_local_ref(e);
+            }
+        }
+        self.delete_local_ref(array);
+        Some(out)
+    }
+
     /// Calls a static `()J` method; `None` if it threw or is missing.
     pub fn call_static_long(&self, class: GlobalRef, name: &str, sig: &str) -> Option<i64> {
         let env = self.env();
@@ -251,6 +297,8 @@ pub enum JValue {
     Bool(bool),
     Int(i32),
     Long(i64),
+    /// A live local reference.
+    Object(JObject),
 }
 
 impl JValue {
@@ -261,6 +309,7 @@ impl JValue {
             },
             JValue::Int(i) => jni::jvalue { i },
             JValue::Long(j) => jni::jvalue { j },
+            JValue::Object(o) => jni::jvalue { l: o.0 },
         }
     }
 }

@@ -275,6 +275,20 @@ pub fn check_method_descriptor(d: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Method tracing (`trace` mode, JaViz): every call of the traced classes' methods with its
+/// entry and exit times, and the remote calls (RMI, HTTP) each side of which is recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceOptions {
+    /// Class patterns to trace besides the application's classes.
+    pub include: Vec<String>,
+    /// Class patterns never traced (wins over include).
+    pub exclude: Vec<String>,
+    /// This JVM's name in joined trees (default `host:pid`).
+    pub vm_name: Option<String>,
+    /// Events each thread's buffer holds (entries and exits; a full buffer drops whole calls).
+    pub buffer: u32,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
     /// Stack sampling (cpu or wall), if asked for.
@@ -282,6 +296,7 @@ pub struct Options {
     pub alloc: Option<AllocOptions>,
     pub lock: Option<LockOptions>,
     pub exact: Option<ExactOptions>,
+    pub trace: Option<TraceOptions>,
     pub interval: Duration,
     /// Output file; the format comes from `format` or the extension. `None` only when streaming
     /// to a collector without a file.
@@ -361,6 +376,9 @@ impl Options {
         if self.exact.is_some() {
             m.push("exact");
         }
+        if self.trace.is_some() {
+            m.push("trace");
+        }
         m
     }
 
@@ -395,6 +413,9 @@ impl Options {
             if x.bytecodes {
                 m.push(Metric::Bytecodes);
             }
+        }
+        if self.trace.is_some() {
+            m.extend([Metric::Calls, Metric::Ns]);
         }
         m
     }
@@ -514,7 +535,7 @@ pub fn process_start_ticks(pid: u32) -> Option<u64> {
     fields.get(19)?.parse().ok()
 }
 
-pub const KNOWN_KEYS: &str = "mode, interval, alloc_interval, live, lock_threshold, file, format, value, threads, depth, engine, cpu_engine, recover_walks, duration, status, flush, server, token, token_file, labels, refresh, owner, owner_file, log, hprof_on_oom, hprof_on_exit, stop, reply, query, dump, heap, include, exclude, bba, max_nodes, root, timer, min_latency";
+pub const KNOWN_KEYS: &str = "mode, interval, alloc_interval, live, lock_threshold, file, format, value, threads, depth, engine, cpu_engine, recover_walks, duration, status, flush, server, token, token_file, labels, refresh, owner, owner_file, log, hprof_on_oom, hprof_on_exit, stop, reply, query, dump, heap, include, exclude, bba, max_nodes, root, timer, min_latency, vm_name, trace_buffer";
 
 /// A file name with `%p` replaced by `pid`, `%t` by the time `unix_secs` as `YYYYMMDD-hhmmss`
 /// (UTC) and `%%` by `%`, as async-profiler names its files; other `%` stay as they are.
@@ -606,11 +627,15 @@ pub fn parse(text: &str) -> Result<Command, String> {
     let mut timer = Timer::Wall;
     let mut min_latency = None;
     let mut root_keys = false;
+    let mut vm_name: Option<String> = None;
+    let mut trace_buffer: u32 = 1 << 16;
+    let mut trace_keys = false;
     let mut o = Options {
         sampling: None,
         alloc: None,
         lock: None,
         exact: None,
+        trace: None,
         interval: Duration::from_millis(10),
         file: None,
         format: None,
@@ -669,6 +694,24 @@ pub fn parse(text: &str) -> Result<Command, String> {
                     "cpu" => Timer::Cpu,
                     t => return Err(format!("unknown timer '{t}' (wall, cpu)")),
                 }
+            }
+            "vm_name" => {
+                trace_keys = true;
+                let v = need()?;
+                if v.is_empty() || v.len() > 128 || v.chars().any(|c| c.is_control()) {
+                    return Err(format!("bad vm_name '{v}' (1 to 128 printable characters)"));
+                }
+                vm_name = Some(v.to_string());
+            }
+            "trace_buffer" => {
+                trace_keys = true;
+                trace_buffer = need()?
+                    .parse()
+                    .ok()
+                    .filter(|n| (1024..=(1 << 26)).contains(n))
+                    .ok_or_else(|| {
+                        "trace_buffer must be a number of events from 1024 to 67108864".to_string()
+                    })?
             }
             "min_latency" => {
                 root_keys = true;
@@ -791,6 +834,14 @@ pub fn parse(text: &str) -> Result<Command, String> {
                     threshold: lock_threshold,
                 })
             }
+            "trace" => {
+                o.trace = Some(TraceOptions {
+                    include: include.clone(),
+                    exclude: exclude.clone(),
+                    vm_name: vm_name.clone(),
+                    buffer: trace_buffer,
+                })
+            }
             "exact" => {
                 o.exact = Some(ExactOptions {
                     include: include.clone(),
@@ -805,13 +856,25 @@ pub fn parse(text: &str) -> Result<Command, String> {
             }
             m => {
                 return Err(format!(
-                    "unknown mode '{m}' (cpu, wall, alloc, lock, exact)"
+                    "unknown mode '{m}' (cpu, wall, alloc, lock, exact, trace)"
                 ));
             }
         }
     }
-    if exact_keys && o.exact.is_none() {
-        return Err("`include`, `exclude`, `bba`, `max_nodes` and `root` need mode exact".into());
+    if o.exact.is_some() && o.trace.is_some() {
+        return Err("exact and trace cannot be combined in one run".into());
+    }
+    if exact_keys && o.exact.is_none() && o.trace.is_none() {
+        return Err(
+            "`include`, `exclude`, `bba`, `max_nodes` and `root` need mode exact (include and exclude: or trace)"
+                .into(),
+        );
+    }
+    if o.trace.is_some() && (bba_given || !roots.is_empty()) {
+        return Err("`bba` and `root` belong to mode exact, not trace".into());
+    }
+    if trace_keys && o.trace.is_none() {
+        return Err("`vm_name` and `trace_buffer` need mode trace".into());
     }
     if root_keys && roots.is_empty() {
         return Err("`timer` and `min_latency` need a root (root=pkg.Class.method)".into());

@@ -16,6 +16,8 @@
 //!   calling-context trees in Java; `flush` and `finish` merge what the trees gained.
 //! - **exact with roots** ([`subgraph`]): the same trees, timed, for the call subgraph of root
 //!   methods only, instrumented lazily at launch or attach and removed at stop.
+//! - **trace** ([`trace`]): the root engine on every method of the traced classes, each call's
+//!   entry and exit logged in per-thread rings that `poll` drains into a trace file.
 //!
 //! The sink symbolises each sample once and appends it to the profile; the session's writer
 //! thread hands that profile to the outputs (the native file, the collector link).
@@ -26,6 +28,7 @@ pub mod exact;
 pub mod parks;
 pub mod safepoint;
 pub mod subgraph;
+pub mod trace;
 
 use crate::options::{Engine as EngineChoice, Mode, Options};
 use crate::sampler::threads::ThreadTable;
@@ -78,6 +81,10 @@ pub trait Engine: Send + Sync {
     fn dropped(&self) -> u64 {
         0
     }
+    /// A file whose bytes follow the profile in the native file (trace mode's traces).
+    fn appendix(&self) -> Option<std::path::PathBuf> {
+        None
+    }
     /// What `jvmprof status` shows of this engine besides the session's common fields.
     fn status(&self) -> Vec<(&'static str, serde_json::Value)> {
         Vec::new()
@@ -118,6 +125,19 @@ pub fn choose(
                 engines.push(Box::new(safepoint::Safepoint::new(ctx, options)));
             }
         }
+    }
+    if let Some(t) = &options.trace {
+        let file = match options.file.as_ref().or(options.owner_file.as_ref()) {
+            Some(f) => {
+                let mut p = f.as_os_str().to_owned();
+                p.push(".trace-part");
+                std::path::PathBuf::from(p)
+            }
+            None => std::env::temp_dir().join(format!("jvmprof-{}.trace-part", std::process::id())),
+        };
+        engines.push(Box::new(subgraph::SubgraphEngine::tracing(
+            ctx.env, t, file,
+        )));
     }
     if let Some(x) = options.exact.as_ref().filter(|x| !x.roots.is_empty()) {
         engines.push(Box::new(subgraph::SubgraphEngine::new(ctx.env, x)));

@@ -20,10 +20,15 @@
 //! - `flush`/`finish` read the trees (calls, own time, bytecodes, per-invocation statistics)
 //!   into the sink; the metadata lists the calibration, methods instrumented and run, and the
 //!   per-method statistics.
+//!
+//! Trace mode ([`super::trace`]) is this engine with every method of the traced classes
+//! selected as its class loads (or at start), the JDK's remote-call code hooked, and the
+//! threads' event rings drained into a trace file each poll.
 
 use super::Engine;
 use super::exact::{Origin, wanted_class};
-use crate::options::{Bba, ExactOptions, Timer};
+use super::trace::{self, Drain};
+use crate::options::{Bba, ExactOptions, Timer, TraceOptions};
 use crate::sink::Sink;
 use crate::state::say;
 use jvmprof_classfile::bba::Mode;
@@ -42,6 +47,8 @@ const CALIBRATION: &str = "jvmprof/runtime/RootsCalibration";
 const FIRST_ID: i32 = 2;
 /// The runtime's id for contexts past the node budget.
 const SPILL: i64 = -2;
+/// The runtime's id for remote-call spans (trace mode).
+const REMOTE_METHOD: i64 = -4;
 /// Fields per context in `Roots.tree(i)`.
 const FIELDS: usize = 9;
 /// Calibration: rounds (the first half warms up) and calls per round.
@@ -110,9 +117,32 @@ struct Tables {
     waiting: BTreeSet<String>,
     instrumented_methods: u64,
     retransforms: u64,
+    /// Trace mode: every method of a traced class, and the remote-call hooks.
+    trace: bool,
+    /// Trace mode: classes traced per include pattern.
+    include_hits: Vec<u64>,
 }
 
 impl Tables {
+    /// Trace mode: selects every method with code of a traced class; true if it is traced.
+    fn trace_class(&mut self, class: &str, methods: &[DeclaredMethod]) -> bool {
+        if !self.trace || !self.wanted(class) {
+            return false;
+        }
+        let dotted = class.replace('/', ".");
+        for (k, p) in self.options.include.clone().iter().enumerate() {
+            if super::exact::glob(p, &dotted) {
+                self.include_hits[k] += 1;
+            }
+        }
+        for (name, desc, code) in methods {
+            if *code {
+                self.select(class, name, desc, false);
+            }
+        }
+        true
+    }
+
     fn wanted(&self, class: &str) -> bool {
         let jdk = self.classes.get(class).is_some_and(|c| c.jdk);
         wanted_class(
@@ -411,6 +441,33 @@ pub fn transform(
     let jdk = loader.is_null() || platform_loader(jni, loader);
     let mut guard = tables();
     let t = guard.as_mut()?;
+    if t.trace
+        && let Some(hooks) = trace::hooks_for(name)
+    {
+        let out = subgraph::hook_methods(data, hooks);
+        let info = t.classes.entry(name.to_string()).or_default();
+        return match out {
+            Ok(out) if out.rewritten > 0 => {
+                info.bytes.get_or_insert_with(|| Arc::from(data));
+                info.instrumented = true;
+                for s in out.skipped {
+                    t.skipped.insert(s, "remote-call hook not placed".into());
+                }
+                Some(out.bytes)
+            }
+            Ok(out) => {
+                for s in out.skipped {
+                    t.skipped.insert(s, "remote-call hook not placed".into());
+                }
+                None
+            }
+            Err(e) => {
+                t.skipped
+                    .insert(name.replace('/', "."), format!("remote-call hooks: {e}"));
+                None
+            }
+        };
+    }
     let known = t.classes.get(name).is_some_and(|c| c.methods.is_some());
     if !known {
         // First sight of this class in the session (a new class, or a loaded one we never
@@ -425,6 +482,7 @@ pub fn transform(
         info.methods = Some(h.methods.clone());
         info.jdk = jdk;
         t.match_roots(name, &h.methods);
+        t.trace_class(name, &h.methods);
         if t.waiting.remove(name) {
             say(&format!(
                 "{} loaded: its root methods are instrumented",
@@ -534,9 +592,14 @@ pub struct SubgraphEngine {
     calibration: Mutex<(f64, f64)>,
     /// Set by stop: classes restored, methods still instrumented after it.
     restored: Mutex<(u64, u64)>,
+    /// Trace mode: its options, and the file its events go to.
+    trace: Option<TraceOptions>,
+    drain: Mutex<Option<Drain>>,
+    trace_file: Option<std::path::PathBuf>,
 }
 
 impl SubgraphEngine {
+    /// A root session (`options.roots`).
     pub fn new(env: Env, options: &ExactOptions) -> SubgraphEngine {
         SubgraphEngine {
             options: options.clone(),
@@ -546,7 +609,53 @@ impl SubgraphEngine {
             collector: Mutex::new(Collector::default()),
             calibration: Mutex::new((0.0, 0.0)),
             restored: Mutex::new((0, 0)),
+            trace: None,
+            drain: Mutex::new(None),
+            trace_file: None,
         }
+    }
+
+    /// A trace session; its events go to `file` (beside the output) until the native file
+    /// takes them.
+    pub fn tracing(env: Env, t: &TraceOptions, file: std::path::PathBuf) -> SubgraphEngine {
+        let options = ExactOptions {
+            include: t.include.clone(),
+            exclude: t.exclude.clone(),
+            bba: Bba::Default,
+            max_nodes: 1 << 22,
+            roots: Vec::new(),
+            timer: Timer::Wall,
+            min_latency: None,
+            bytecodes: false,
+        };
+        SubgraphEngine {
+            trace: Some(t.clone()),
+            trace_file: Some(file),
+            ..SubgraphEngine::new(env, &options)
+        }
+    }
+
+    fn drain_now(&self, jni: &Jni) {
+        let Some(&(roots, _)) = RUNTIME.get() else {
+            return;
+        };
+        let mut guard = lock(&self.drain);
+        let Some(d) = guard.as_mut() else { return };
+        let names: Vec<String> = tables()
+            .as_ref()
+            .map(|t| {
+                t.methods
+                    .iter()
+                    .map(|m| format!("{}.{}", m.class.replace('/', "."), m.name))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let name = |id: u32| {
+            usize::try_from(id as i64 - FIRST_ID as i64)
+                .ok()
+                .and_then(|i| names.get(i).cloned())
+        };
+        jni.with_local_frame(32, || d.drain(jni, roots, &name));
     }
 
     fn runtime(&self, jni: &Jni) -> Result<(GlobalRef, GlobalRef), String> {
@@ -563,16 +672,16 @@ impl SubgraphEngine {
         let roots = jni
             .define_boot_class(ROOTS, bytes_of("jvmprof/runtime/Roots.class")?)
             .map_err(|e| e.to_string())?;
-        jni.define_boot_class(
-            &format!("{ROOTS}$Node"),
-            bytes_of("jvmprof/runtime/Roots$Node.class")?,
-        )
-        .map_err(|e| e.to_string())?;
-        jni.define_boot_class(
-            &format!("{ROOTS}$T"),
-            bytes_of("jvmprof/runtime/Roots$T.class")?,
-        )
-        .map_err(|e| e.to_string())?;
+        // Its nested classes too: nothing on the boot class path would find them.
+        for (rel, bytes) in super::exact::RUNTIME_CLASSES {
+            if let Some(name) = rel
+                .strip_suffix(".class")
+                .filter(|n| n.starts_with("jvmprof/runtime/Roots$"))
+            {
+                jni.define_boot_class(name, bytes)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
         // The calibration class with our probes: loop is a root (id 0), empty (id 1) below it.
         let plain = bytes_of("jvmprof/runtime/RootsCalibration.class")?;
         let probed = subgraph::instrument_selected(plain, None, |n, _| match n {
@@ -634,16 +743,34 @@ impl Engine for SubgraphEngine {
             .min_latency
             .map(|d| d.as_nanos().min(i64::MAX as u128) as i64)
             .unwrap_or(0);
-        jni.call_static_void(
+        let session = trace::session_id();
+        let session_text = jni
+            .new_string(&format!("{session:016x}"))
+            .ok_or("cannot create a Java string")?;
+        let begun = jni.call_static_void(
             roots,
             "begin",
-            "(ZJI)V",
+            "(ZJIZILjava/lang/String;)V",
             &[
                 JValue::Bool(cpu),
                 JValue::Long(min_latency),
                 JValue::Int(self.options.max_nodes.min(i32::MAX as u32) as i32),
+                JValue::Bool(self.trace.is_some()),
+                JValue::Int(self.trace.as_ref().map_or(0, |t| t.buffer as i32)),
+                JValue::Object(session_text),
             ],
         );
+        if !begun {
+            return Err("the root runtime did not start (see the exception above)".into());
+        }
+        if let (Some(t), Some(file)) = (&self.trace, &self.trace_file) {
+            let vm = t.vm_name.clone().unwrap_or_else(trace::default_vm_name);
+            let d = Drain::new(file.clone(), vm, session);
+            if let Some(e) = &d.error {
+                return Err(format!("trace mode: {e}"));
+            }
+            *lock(&self.drain) = Some(d);
+        }
         *lock(&self.calibration) = self.calibrate(jni, roots);
         // The hierarchy of what is loaded, and the roots among it.
         let platform = jni.platform_class_loader();
@@ -666,6 +793,8 @@ impl Engine for SubgraphEngine {
             waiting: BTreeSet::new(),
             instrumented_methods: 0,
             retransforms: 0,
+            trace: self.trace.is_some(),
+            include_hits: vec![0; self.options.include.len()],
         };
         for c in loaded {
             if c.name.starts_with("jvmprof/") {
@@ -680,6 +809,26 @@ impl Engine for SubgraphEngine {
             info.jdk = jdk;
         }
         let names: Vec<String> = t.classes.keys().cloned().collect();
+        if t.trace {
+            // Every loaded traced class, and the loaded remote-call code.
+            for name in &names {
+                let modifiable = t.classes.get(name).is_some_and(|c| c.modifiable);
+                if !modifiable || !t.wanted(name) {
+                    continue;
+                }
+                if let Some(methods) = t.methods_of(name).cloned() {
+                    t.trace_class(name, &methods);
+                }
+            }
+            for hooked in trace::HOOKED {
+                if t.classes
+                    .get(*hooked)
+                    .is_some_and(|c| c.modifiable && !c.refs.is_empty())
+                {
+                    t.pending.insert(hooked.to_string());
+                }
+            }
+        }
         for name in names {
             let dotted = name.replace('/', ".");
             if !self
@@ -732,6 +881,7 @@ impl Engine for SubgraphEngine {
                 .unwrap_or_default()
         };
         retransform(&self.env, &classes);
+        self.drain_now(jni);
         let mut last = lock(&self.last_calls);
         if last.elapsed() >= std::time::Duration::from_millis(250)
             && let Some(&(roots, _)) = RUNTIME.get()
@@ -795,15 +945,55 @@ impl Engine for SubgraphEngine {
 
     fn finish(&self, jni: &Jni, sink: &mut Sink) {
         jni.with_local_frame(64, || self.merge(jni, sink, true));
-        // Roots that never matched, and the references the session held.
+        self.drain_now(jni);
+        if let Some(d) = lock(&self.drain).as_mut() {
+            d.close();
+            let extra = &mut sink.meta_mut().extra;
+            extra.insert("trace_events".into(), d.events.to_string());
+            extra.insert("trace_dropped_calls".into(), d.dropped.to_string());
+            if let Some(t) = &self.trace {
+                extra.insert(
+                    "trace_vm".into(),
+                    t.vm_name.clone().unwrap_or_else(trace::default_vm_name),
+                );
+                extra.insert("trace_buffer_events".into(), t.buffer.to_string());
+            }
+            if let Some(e) = &d.error {
+                say(&format!("trace mode: {e}"));
+            }
+            if d.dropped > 0 {
+                say(&format!(
+                    "trace mode: {} calls were dropped because their thread's buffer was full \
+                     (raise --trace-buffer)",
+                    d.dropped
+                ));
+            }
+        }
+        // Roots and include patterns that never matched, and the references the session held.
         if let Some(t) = tables().as_ref() {
             for (k, r) in self.options.roots.iter().enumerate() {
                 if t.root_hits.get(k) == Some(&0) {
                     say(&format!("root {r} matched no method"));
                 }
             }
+            if t.trace {
+                for (k, p) in self.options.include.iter().enumerate() {
+                    if t.include_hits.get(k) == Some(&0) {
+                        say(&format!("trace: --include {p} matched no class"));
+                    }
+                }
+                if t.instrumented_methods == 0 {
+                    say("trace: no method was traced (no class in scope loaded)");
+                }
+            }
         }
         release(jni);
+    }
+
+    fn appendix(&self) -> Option<std::path::PathBuf> {
+        let d = lock(&self.drain);
+        let d = d.as_ref()?;
+        d.error.is_none().then(|| d.path().clone())
     }
 
     fn status(&self) -> Vec<(&'static str, serde_json::Value)> {
@@ -1054,6 +1244,9 @@ impl Collector {
         {
             Some((class, name)) => Frame::java(class, name, "", 0),
             None if method == SPILL => Frame::synthetic(FrameKind::Synthetic, "[past node budget]"),
+            None if method == REMOTE_METHOD => {
+                Frame::synthetic(FrameKind::Synthetic, "[remote call]")
+            }
             None => Frame::synthetic(FrameKind::Synthetic, &format!("[method #{method}]")),
         };
         let f = sink.frame(frame);

@@ -29,6 +29,13 @@ package jvmprof.runtime;
  * the root's exit adds to the node's totals when the root invocation took at least that long,
  * and drops otherwise.
  *
+ * Trace mode (JaViz) uses the same probes on every method of the traced classes, at any depth,
+ * and also logs each call's entry and exit with its time into the thread's ring buffer, which
+ * the agent drains every few milliseconds. A ring never grows: a call that finds no room is
+ * dropped whole (its exit too) and counted. The JDK's remote-call paths (RMI, HTTP) get
+ * probes that log remote spans with what identifies the call on the other side (see the
+ * "remote calls" section).
+ *
  * Self-contained like Probes: no JDK method the agent may instrument, no lambdas.
  */
 public final class Roots {
@@ -139,6 +146,21 @@ public final class Roots {
         Node[] touched = new Node[64];
         int nTouched;
         Object lastReflected;
+        // Trace mode: the event ring (pairs of longs: tag and payload, then time), the notes
+        // the events refer to, what the agent has taken, and which activations were logged.
+        long[] ring;
+        long written;
+        long taken;
+        String[] notes;
+        long notesWritten;
+        long notesTaken;
+        boolean[] logged = new boolean[32];
+        int loggedOpen;
+        long dropped;
+        long httpCalls;
+        String lastConnection;
+        Node pending;
+        Object remoteObject;
 
         T(Thread thread, int session) {
             this.thread = thread;
@@ -171,6 +193,9 @@ public final class Roots {
             a = new long[n];
             System.arraycopy(below, 0, a, 0, below.length);
             below = a;
+            boolean[] l = new boolean[n];
+            System.arraycopy(logged, 0, l, 0, logged.length);
+            logged = l;
         }
 
         void touch(Node n) {
@@ -201,6 +226,12 @@ public final class Roots {
     /** Probe cost inside an activation and added to its caller per call, in 1/256 ns. */
     static long inner256, outer256;
     static boolean cpu;
+    /** Trace mode: record at any depth, log events, reveal nothing (all is instrumented). */
+    static boolean trace;
+    /** Trace mode: events each thread's ring holds (a power of two). */
+    static int ringEvents = 1 << 16;
+    /** Trace mode: this session's random id, the prefix of its HTTP call ids. */
+    static String sessionId = "0";
     static long minLatency;
     static int maxNodes = 1 << 20;
 
@@ -268,7 +299,7 @@ public final class Roots {
     public static Node open(int id) {
         if (!on) return null;
         T t = current();
-        if (t.depth == 0) return null;
+        if (t.depth == 0 && !trace) return null;
         return push(t, id);
     }
 
@@ -286,7 +317,7 @@ public final class Roots {
     @jdk.internal.vm.annotation.DontInline
     private static Node push(T t, int id) {
         boolean[] r = revealed;
-        if (id >= 0 && (id >= r.length || !r[id])) revealNow(t, id);
+        if (id >= 0 && !trace && (id >= r.length || !r[id])) revealNow(t, id);
         int d = t.depth + 1;
         if (d == t.stack.length) t.grow();
         Node parent = d == 1 ? t.top : t.stack[d - 1];
@@ -296,7 +327,65 @@ public final class Roots {
         t.below[d] = 0;
         t.depth = d;
         t.start[d] = now();
+        if (trace) t.logged[d] = log(t, ((long) id << 2), t.start[d], true);
         return n;
+    }
+
+    // ---- trace mode: the event ring ----
+
+    /** Event tags (low two bits of an event's first long). */
+    static final int ENTER = 0, EXIT = 1, REMOTE = 2, CONNECTION = 3;
+
+    /**
+     * Logs one event; an activation's entry only if there is room for it and for the exits of
+     * every activation logged and still open (so an exit always finds room).
+     */
+    private static void rings(T t) {
+        if (t.ring == null) {
+            t.notes = new String[Math.max(16, ringEvents / 8)];
+            t.ring = new long[ringEvents * 2];
+        }
+    }
+
+    private static boolean log(T t, long head, long time, boolean opens) {
+        rings(t);
+        long[] ring = t.ring;
+        long free = ringEvents - (t.written - t.taken);
+        if (opens && free < t.loggedOpen + 2) {
+            t.dropped++;
+            return false;
+        }
+        if (!opens && free < 1) return false;
+        int at = (int) (t.written & (ringEvents - 1)) * 2;
+        ring[at] = head;
+        ring[at + 1] = time;
+        WRITTEN.setRelease(t, t.written + 1);
+        if (opens) t.loggedOpen++;
+        return true;
+    }
+
+    /** A note for an event: its index, or -1 when the notes ring is full. */
+    private static long note(T t, String text) {
+        rings(t);
+        String[] n = t.notes;
+        if (t.notesWritten - t.notesTaken >= n.length) return -1;
+        long at = t.notesWritten;
+        n[(int) (at % n.length)] = text;
+        NOTES_WRITTEN.setRelease(t, at + 1);
+        return at;
+    }
+
+    private static final java.lang.invoke.VarHandle WRITTEN;
+    private static final java.lang.invoke.VarHandle NOTES_WRITTEN;
+
+    static {
+        try {
+            java.lang.invoke.MethodHandles.Lookup l = java.lang.invoke.MethodHandles.lookup();
+            WRITTEN = l.findVarHandle(T.class, "written", long.class);
+            NOTES_WRITTEN = l.findVarHandle(T.class, "notesWritten", long.class);
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
     }
 
     private static void revealNow(T t, int id) {
@@ -374,6 +463,11 @@ public final class Roots {
         long self = incl - t.child[d];
         t.stack[d] = null;
         t.depth = d - 1;
+        if (trace && t.logged[d]) {
+            t.logged[d] = false;
+            t.loggedOpen--;
+            log(t, EXIT, end, false);
+        }
         if (d > 1) {
             t.child[d - 1] += incl;
             t.below[d - 1] += below + 1;
@@ -421,10 +515,176 @@ public final class Roots {
         t.epoch++;
     }
 
+    // ---- trace mode: remote calls (probes the agent puts into the JDK's RMI and HTTP code) ----
+
+    static final int REMOTE_METHOD = -4;
+    static final String CLIENT = "client", SERVER = "server", RMI = "rmi", HTTP = "http";
+    /** The request header that carries an HTTP call's id from client to server. */
+    public static final String HEADER = "X-Jvmprof-Call";
+
+    /** Opens a remote span (an activation) and logs it with its note. */
+    private static Node remote(T t, String side, String protocol, String key, String label, Object o) {
+        long at = note(t, side + "\u0000" + protocol + "\u0000" + key + "\u0000" + label);
+        int d = t.depth + 1;
+        if (d == t.stack.length) t.grow();
+        Node parent = d == 1 ? t.top : t.stack[d - 1];
+        Node n = parent.child(REMOTE_METHOD);
+        t.stack[d] = n;
+        t.child[d] = 0;
+        t.below[d] = 0;
+        t.depth = d;
+        t.start[d] = now();
+        t.logged[d] = at >= 0 && log(t, (at << 2) | REMOTE, t.start[d], true);
+        t.remoteObject = o;
+        return n;
+    }
+
+    private static boolean inRemote(T t, String side, Object o) {
+        return t.depth > 0 && t.stack[t.depth].method == REMOTE_METHOD && t.remoteObject == o;
+    }
+
+    /** UnicastRef.invoke(obj, method, params, opnum): the client side of an RMI call. */
+    public static Node rmiClient(Object method) {
+        if (!on || !trace || !(method instanceof java.lang.reflect.Method)) return null;
+        java.lang.reflect.Method m = (java.lang.reflect.Method) method;
+        String name = m.getDeclaringClass().getName() + "." + m.getName();
+        return remote(current(), CLIENT, RMI, name, name, null);
+    }
+
+    /** UnicastServerRef.dispatch(obj, call): the server side (not the registry's or DGC's). */
+    public static Node rmiServer(Object target) {
+        if (!on || !trace || target == null) return null;
+        String c = target.getClass().getName();
+        if (c.startsWith("sun.rmi.") || c.startsWith("java.rmi.")) return null;
+        return remote(current(), SERVER, RMI, "", c, null);
+    }
+
+    /** TCPConnection.getInputStream/getOutputStream: the RMI connection this thread uses. */
+    public static void rmiSocket(Object socket) {
+        if (!on || !trace || !(socket instanceof java.net.Socket)) return;
+        java.net.Socket s = (java.net.Socket) socket;
+        T t = current();
+        String c = s.getLocalAddress().getHostAddress() + ":" + s.getLocalPort() + "\u0000"
+                + s.getInetAddress().getHostAddress() + ":" + s.getPort();
+        if (c.equals(t.lastConnection)) return;
+        t.lastConnection = c;
+        long at = note(t, c);
+        if (at >= 0) log(t, (at << 2) | CONNECTION, now(), false);
+    }
+
+    private static String newCallId(T t) {
+        return sessionId + "-" + t.thread.getId() + "-" + (++t.httpCalls);
+    }
+
+    /** HttpURLConnection's constructor: the request carries a new call id. */
+    public static void httpOpened(Object connection) {
+        if (!on || !trace || !(connection instanceof java.net.URLConnection)) return;
+        try {
+            ((java.net.URLConnection) connection).setRequestProperty(HEADER, newCallId(current()));
+        } catch (RuntimeException e) {
+            // Already connected or refused: this call goes without an id.
+        }
+    }
+
+    /** HttpURLConnection.getInputStream: the client span of the request (the outermost one). */
+    public static Node httpUrlCall(Object connection) {
+        if (!on || !trace || !(connection instanceof java.net.HttpURLConnection)) return null;
+        T t = current();
+        if (inRemote(t, CLIENT, connection)) return null;
+        java.net.HttpURLConnection c = (java.net.HttpURLConnection) connection;
+        String id = c.getRequestProperty(HEADER);
+        return remote(t, CLIENT, HTTP, id == null ? "" : id,
+                c.getRequestMethod() + " " + c.getURL(), connection);
+    }
+
+    /** HttpClient.send(request, handler): the request with a call id; the span is pending. */
+    public static Object httpSend(Object request) {
+        if (!on || !trace || request == null) return request;
+        T t = current();
+        try {
+            String id = newCallId(t);
+            Object copy = Http.withHeader(request, HEADER, id);
+            t.pending = remote(t, CLIENT, HTTP, id, Http.describe(copy), null);
+            return copy;
+        } catch (Throwable e) {
+            return request;
+        }
+    }
+
+    /** The span httpSend opened (null if none). */
+    public static Node pending() {
+        if (!on || !trace) return null;
+        T t = current();
+        Node n = t.pending;
+        t.pending = null;
+        return n;
+    }
+
+    /** com.sun.net.httpserver Filter.Chain.doFilter(exchange): the server side (outermost). */
+    public static Node httpServe(Object exchange) {
+        if (!on || !trace || exchange == null) return null;
+        T t = current();
+        if (inRemote(t, SERVER, exchange)) return null;
+        String id = "", label = "HTTP";
+        try {
+            id = Http.header(exchange, HEADER);
+            label = Http.describeExchange(exchange);
+        } catch (Throwable e) {
+            // An exchange we cannot read: served without an id.
+        }
+        return remote(t, SERVER, HTTP, id == null ? "" : id, label, exchange);
+    }
+
+    /** Reflection over the public HTTP APIs (java.net.http and jdk.httpserver are not boot modules). */
+    static final class Http {
+        private Http() {}
+
+        static Class<?> up(Class<?> c, String name) {
+            for (; c != null; c = c.getSuperclass()) if (c.getName().equals(name)) return c;
+            return null;
+        }
+
+        static Object withHeader(Object request, String key, String value) throws Exception {
+            Class<?> req = up(request.getClass(), "java.net.http.HttpRequest");
+            Class<?> pred = java.util.function.BiPredicate.class;
+            Object b = req.getMethod("newBuilder", req, pred).invoke(null, request, new All());
+            Class<?> bi = Class.forName("java.net.http.HttpRequest$Builder", false, req.getClassLoader());
+            b = bi.getMethod("setHeader", String.class, String.class).invoke(b, key, value);
+            return bi.getMethod("build").invoke(b);
+        }
+
+        static String describe(Object request) throws Exception {
+            Class<?> req = up(request.getClass(), "java.net.http.HttpRequest");
+            return req.getMethod("method").invoke(request) + " " + req.getMethod("uri").invoke(request);
+        }
+
+        static String header(Object exchange, String key) throws Exception {
+            Class<?> ex = up(exchange.getClass(), "com.sun.net.httpserver.HttpExchange");
+            Object headers = ex.getMethod("getRequestHeaders").invoke(exchange);
+            // Through the public class: the object may be of a JDK-internal subclass.
+            Class<?> h = up(headers.getClass(), "com.sun.net.httpserver.Headers");
+            return (String) h.getMethod("getFirst", String.class).invoke(headers, key);
+        }
+
+        static String describeExchange(Object exchange) throws Exception {
+            Class<?> ex = up(exchange.getClass(), "com.sun.net.httpserver.HttpExchange");
+            return ex.getMethod("getRequestMethod").invoke(exchange) + " "
+                    + ex.getMethod("getRequestURI").invoke(exchange);
+        }
+
+        /** Keeps every header of the copied request. */
+        static final class All implements java.util.function.BiPredicate<String, String> {
+            public boolean test(String a, String b) {
+                return true;
+            }
+        }
+    }
+
     // ---- the agent's side (JNI, on its own thread) ----
 
     /** Starts a session: fresh trees, the settings, the revealed flags cleared. */
-    public static void begin(boolean cpuTimer, long minLatencyNs, int budget) {
+    public static void begin(boolean cpuTimer, long minLatencyNs, int budget, boolean traceMode,
+            int events, String sessionName) {
         synchronized (LOCK) {
             on = false;
             session++;
@@ -437,6 +697,11 @@ public final class Roots {
         }
         cpu = cpuTimer;
         minLatency = minLatencyNs;
+        trace = traceMode;
+        int e = 16;
+        while (e < events && e < (1 << 26)) e <<= 1;
+        ringEvents = e;
+        sessionId = sessionName;
         revealed = new boolean[64];
     }
 
@@ -564,6 +829,46 @@ public final class Roots {
             out[o + 7] = x.min;
             out[o + 8] = x.max;
         }
+        return out;
+    }
+
+    /**
+     * Trace mode: thread i's events since the last drain, pairs of longs (tag and payload,
+     * time), preceded by the thread's id and its dropped calls so far.
+     */
+    public static long[] drain(int i) {
+        T t = frozen[i];
+        long end = (long) WRITTEN.getAcquire(t);
+        long from = t.taken;
+        long[] ring = t.ring;
+        int n = ring == null ? 0 : (int) (end - from);
+        long[] out = new long[2 + n * 2];
+        out[0] = t.thread.getId();
+        out[1] = t.dropped;
+        for (int k = 0; k < n; k++) {
+            int at = (int) ((from + k) & (ringEvents - 1)) * 2;
+            out[2 + k * 2] = ring[at];
+            out[3 + k * 2] = ring[at + 1];
+        }
+        t.taken = end;
+        return out;
+    }
+
+    /** Trace mode: thread i's notes since the last call, the first one's index first. */
+    public static String[] drainNotes(int i) {
+        T t = frozen[i];
+        long end = (long) NOTES_WRITTEN.getAcquire(t);
+        long from = t.notesTaken;
+        String[] n = t.notes;
+        int count = n == null ? 0 : (int) (end - from);
+        String[] out = new String[count + 1];
+        out[0] = Long.toString(from);
+        for (int k = 0; k < count; k++) {
+            int at = (int) ((from + k) % n.length);
+            out[k + 1] = n[at];
+            n[at] = null;
+        }
+        t.notesTaken = end;
         return out;
     }
 
