@@ -75,6 +75,8 @@ pub struct StreamOptions {
 enum Item {
     Samples(SampleBatch),
     Snapshot(Snapshot<u32>),
+    /// Trace mode: one encoded chunk of method traces and its number.
+    Trace(u64, Vec<u8>),
 }
 
 impl Item {
@@ -82,6 +84,7 @@ impl Item {
     fn cost(&self) -> usize {
         match self {
             Item::Samples(b) => batch_cost(b),
+            Item::Trace(_, c) => 32 + c.len(),
             Item::Snapshot(s) => {
                 64 + s
                     .threads
@@ -107,6 +110,9 @@ pub struct Dropped {
     pub snapshots: u64,
     pub sample_batches: u64,
     pub samples: u64,
+    /// Trace chunks lost while the collector was away (their calls are missing there, not in
+    /// the file).
+    pub trace_chunks: u64,
 }
 
 impl Dropped {
@@ -114,6 +120,7 @@ impl Dropped {
         match item {
             Item::Samples(b) => self.count_batch(b),
             Item::Snapshot(_) => self.snapshots += 1,
+            Item::Trace(..) => self.trace_chunks += 1,
         }
     }
 
@@ -139,6 +146,8 @@ struct Outbox {
     queued_bytes: usize,
     /// The seq of the newest sample batch.
     last_seq: u64,
+    /// The last trace chunk's number.
+    trace_seq: u64,
     dropped: Dropped,
     /// `finish` was called: send what is left, then Bye.
     closing: bool,
@@ -394,6 +403,18 @@ impl Stream {
         self.shared.wake.notify_all();
     }
 
+    /// Queues one chunk of method traces (trace mode).
+    pub fn trace(&mut self, chunk: Vec<u8>) {
+        let mut o = self.shared.lock();
+        if !o.done {
+            o.trace_seq += 1;
+            let seq = o.trace_seq;
+            o.push(Item::Trace(seq, chunk));
+        }
+        drop(o);
+        self.shared.wake.notify_all();
+    }
+
     /// Queues the last delta, then waits (at most [`FINISH_WAIT`]) for everything to be sent.
     pub fn finish(mut self, profile: &Profile, gained: Vec<(u32, Vec<u64>)>) {
         self.samples(profile, gained);
@@ -616,6 +637,16 @@ impl Connection {
                             o.queued_bytes -= item.cost();
                             enc.snapshot(&o.tables, s, &mut out)
                         }
+                        Item::Trace(seq, chunk) => {
+                            o.queued_bytes -= item.cost();
+                            enc.message(
+                                &Message::Trace {
+                                    seq: *seq,
+                                    chunk: chunk.clone(),
+                                },
+                                &mut out,
+                            )
+                        }
                     }
                     items.push(item);
                 }
@@ -648,6 +679,8 @@ impl Connection {
                         Item::Samples(b) => o.unacked.push_back(b),
                         Item::Snapshot(_) if written.is_err() => o.dropped.snapshots += 1,
                         Item::Snapshot(_) => o.sent_items += 1,
+                        Item::Trace(..) if written.is_err() => o.dropped.trace_chunks += 1,
+                        Item::Trace(..) => o.sent_items += 1,
                     }
                 }
             }

@@ -109,6 +109,11 @@ pub fn run(
             if let Some(stream) = &mut w.stream {
                 let gained = w.sink.take_unsent();
                 stream.samples(w.sink.profile(), gained);
+                for e in &shared.engines {
+                    for chunk in e.stream_chunks() {
+                        stream.trace(chunk);
+                    }
+                }
             }
         }
         let out_of_memory = shared
@@ -334,7 +339,14 @@ impl Writer {
         meta.duration_ms = elapsed.as_millis() as u64;
         meta.dropped_samples = dropped;
         self.write_status(elapsed);
-        let stream = self.stream.take();
+        let mut stream = self.stream.take();
+        if let Some(stream) = stream.as_mut() {
+            for e in &self.shared.engines {
+                for chunk in e.stream_chunks() {
+                    stream.trace(chunk);
+                }
+            }
+        }
         let gained = self.sink.take_unsent();
         let profile = self.sink.finish();
         if let Some(stream) = stream {

@@ -248,6 +248,11 @@ pub enum Event {
     },
     Bye,
     Labels(Vec<(String, String)>),
+    /// A trace chunk, checked: one whole chunk with a matching checksum.
+    Trace {
+        seq: u64,
+        chunk: Vec<u8>,
+    },
 }
 
 /// A protocol violation: what is wrong, and in which message of the connection.
@@ -569,6 +574,14 @@ impl Decoder {
                     }
                 }
                 return Ok(Some(Event::Labels(labels)));
+            }
+            Message::Trace { seq, chunk } => {
+                let (trace, damage) = jvmprof_profile::tracelog::read_chunks(&chunk, "trace chunk");
+                if let Some(d) = damage {
+                    return Err(d);
+                }
+                drop(trace);
+                return Ok(Some(Event::Trace { seq, chunk }));
             }
         }
         Ok(None)

@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 /// not an agent (the collector serves HTTP there).
 pub const MAGIC: [u8; 4] = *b"JVMP";
 /// The protocol version this crate speaks; the collector rejects other versions by name.
-/// Version 2 added [`Message::Labels`]; a version 1 agent (which never sends it) is accepted.
-pub const VERSION: u16 = 2;
+/// Version 2 added [`Message::Labels`], version 3 [`Message::Trace`]; older agents (which never
+/// send them) are accepted.
+pub const VERSION: u16 = 3;
 /// The oldest version the decoder accepts.
 pub const MIN_VERSION: u16 = 1;
 /// Most labels an agent may send, and the longest key and value (bytes).
@@ -126,6 +127,12 @@ pub enum Message {
     /// The VM's labels (`service` = `checkout`, ...), right after the Hello when it has any
     /// (version 2; appended last so every earlier message keeps its encoding).
     Labels(Vec<(String, String)>),
+    /// Trace mode: one chunk of method traces (crates/profile `tracelog`: length, CRC-32,
+    /// payload), numbered from 1 for the life of the agent (version 3).
+    Trace {
+        seq: u64,
+        chunk: Vec<u8>,
+    },
 }
 
 impl Message {
@@ -142,6 +149,7 @@ impl Message {
             Message::Dropped { .. } => "Dropped",
             Message::Bye => "Bye",
             Message::Labels(_) => "Labels",
+            Message::Trace { .. } => "Trace",
         }
     }
 }

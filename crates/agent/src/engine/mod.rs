@@ -81,6 +81,10 @@ pub trait Engine: Send + Sync {
     fn dropped(&self) -> u64 {
         0
     }
+    /// Trace chunks for the collector link since the last call (trace mode with a server).
+    fn stream_chunks(&self) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
     /// A file whose bytes follow the profile in the native file (trace mode's traces).
     fn appendix(&self) -> Option<std::path::PathBuf> {
         None
@@ -136,7 +140,10 @@ pub fn choose(
             None => std::env::temp_dir().join(format!("jvmprof-{}.trace-part", std::process::id())),
         };
         engines.push(Box::new(subgraph::SubgraphEngine::tracing(
-            ctx.env, t, file,
+            ctx.env,
+            t,
+            file,
+            options.server.is_some(),
         )));
     }
     if let Some(x) = options.exact.as_ref().filter(|x| !x.roots.is_empty()) {

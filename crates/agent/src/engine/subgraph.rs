@@ -596,6 +596,8 @@ pub struct SubgraphEngine {
     trace: Option<TraceOptions>,
     drain: Mutex<Option<Drain>>,
     trace_file: Option<std::path::PathBuf>,
+    /// Trace mode with a collector: chunks also go to it.
+    streaming: bool,
 }
 
 impl SubgraphEngine {
@@ -612,12 +614,18 @@ impl SubgraphEngine {
             trace: None,
             drain: Mutex::new(None),
             trace_file: None,
+            streaming: false,
         }
     }
 
     /// A trace session; its events go to `file` (beside the output) until the native file
     /// takes them.
-    pub fn tracing(env: Env, t: &TraceOptions, file: std::path::PathBuf) -> SubgraphEngine {
+    pub fn tracing(
+        env: Env,
+        t: &TraceOptions,
+        file: std::path::PathBuf,
+        streaming: bool,
+    ) -> SubgraphEngine {
         let options = ExactOptions {
             include: t.include.clone(),
             exclude: t.exclude.clone(),
@@ -631,6 +639,7 @@ impl SubgraphEngine {
         SubgraphEngine {
             trace: Some(t.clone()),
             trace_file: Some(file),
+            streaming,
             ..SubgraphEngine::new(env, &options)
         }
     }
@@ -765,7 +774,7 @@ impl Engine for SubgraphEngine {
         }
         if let (Some(t), Some(file)) = (&self.trace, &self.trace_file) {
             let vm = t.vm_name.clone().unwrap_or_else(trace::default_vm_name);
-            let d = Drain::new(file.clone(), vm, session);
+            let d = Drain::new(file.clone(), vm, session, self.streaming);
             if let Some(e) = &d.error {
                 return Err(format!("trace mode: {e}"));
             }
@@ -951,6 +960,9 @@ impl Engine for SubgraphEngine {
             let extra = &mut sink.meta_mut().extra;
             extra.insert("trace_events".into(), d.events.to_string());
             extra.insert("trace_dropped_calls".into(), d.dropped.to_string());
+            if self.streaming {
+                extra.insert("trace_chunks_not_streamed".into(), d.unsent.to_string());
+            }
             if let Some(t) = &self.trace {
                 extra.insert(
                     "trace_vm".into(),
@@ -988,6 +1000,13 @@ impl Engine for SubgraphEngine {
             }
         }
         release(jni);
+    }
+
+    fn stream_chunks(&self) -> Vec<Vec<u8>> {
+        lock(&self.drain)
+            .as_mut()
+            .map(|d| d.take_outbox())
+            .unwrap_or_default()
     }
 
     fn appendix(&self) -> Option<std::path::PathBuf> {

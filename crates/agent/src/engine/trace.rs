@@ -149,11 +149,18 @@ pub struct Drain {
     pub dropped: u64,
     pub events: u64,
     pub error: Option<String>,
+    /// With a collector: the chunks it has not taken yet (bounded; the oldest go first).
+    outbox: Option<(std::collections::VecDeque<Vec<u8>>, usize)>,
+    /// Chunks dropped from the outbox because the collector fell behind.
+    pub unsent: u64,
 }
+
+/// Most bytes of trace chunks waiting for the collector link.
+const MAX_OUTBOX: usize = 8 << 20;
 
 impl Drain {
     /// A trace file at `path`, starting with the section marker.
-    pub fn new(path: PathBuf, vm: String, session: u64) -> Drain {
+    pub fn new(path: PathBuf, vm: String, session: u64, streaming: bool) -> Drain {
         let mut d = Drain {
             path,
             out: None,
@@ -169,6 +176,8 @@ impl Drain {
             dropped: 0,
             events: 0,
             error: None,
+            outbox: streaming.then(|| (std::collections::VecDeque::new(), 0)),
+            unsent: 0,
         };
         match std::fs::File::create(&d.path) {
             Ok(f) => {
@@ -292,11 +301,37 @@ impl Drain {
         {
             return;
         }
+        let mut bytes = Vec::new();
+        if let Err(e) = tracelog::write_chunk(&chunk, &mut bytes) {
+            self.error = Some(format!("a trace chunk could not be encoded: {e}"));
+            return;
+        }
         if let Some(out) = self.out.as_mut()
-            && let Err(e) = tracelog::write_chunk(&chunk, &mut *out).and_then(|_| out.flush())
+            && let Err(e) = out.write_all(&bytes).and_then(|_| out.flush())
         {
             self.error = Some(format!("cannot write {}: {e}", self.path.display()));
             self.out = None;
+        }
+        if let Some((queue, size)) = self.outbox.as_mut() {
+            *size += bytes.len();
+            queue.push_back(bytes);
+            while *size > MAX_OUTBOX
+                && let Some(old) = queue.pop_front()
+            {
+                *size -= old.len();
+                self.unsent += 1;
+            }
+        }
+    }
+
+    /// The chunks for the collector link since the last call.
+    pub fn take_outbox(&mut self) -> Vec<Vec<u8>> {
+        match self.outbox.as_mut() {
+            Some((queue, size)) => {
+                *size = 0;
+                queue.drain(..).collect()
+            }
+            None => Vec::new(),
         }
     }
 
