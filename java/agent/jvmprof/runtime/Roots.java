@@ -340,23 +340,50 @@ public final class Roots {
      * Logs one event; an activation's entry only if there is room for it and for the exits of
      * every activation logged and still open (so an exit always finds room).
      */
+    /** Events a thread's ring starts with; it doubles up to ringEvents when it fills. */
+    static final int FIRST_RING = 1024;
+
     private static void rings(T t) {
         if (t.ring == null) {
-            t.notes = new String[Math.max(16, ringEvents / 8)];
-            t.ring = new long[ringEvents * 2];
+            t.notes = new String[16];
+            t.ring = new long[Math.min(FIRST_RING, ringEvents) * 2];
         }
+    }
+
+    /**
+     * A ring twice as large holding the untaken events at the same (absolute) positions. The
+     * agent reads {@code written} before {@code ring}, so it sees the new ring whenever it
+     * sees an event written into it, and the old one stays as it was for a drain under way.
+     */
+    private static void growRing(T t) {
+        long[] old = t.ring;
+        int cap = old.length / 2, bigger = cap * 2;
+        long[] ring = new long[bigger * 2];
+        for (long k = t.taken; k < t.written; k++) {
+            int from = (int) (k & (cap - 1)) * 2, to = (int) (k & (bigger - 1)) * 2;
+            ring[to] = old[from];
+            ring[to + 1] = old[from + 1];
+        }
+        t.ring = ring;
     }
 
     private static boolean log(T t, long head, long time, boolean opens) {
         rings(t);
         long[] ring = t.ring;
-        long free = ringEvents - (t.written - t.taken);
+        int cap = ring.length / 2;
+        long free = cap - (t.written - t.taken);
+        if (free < t.loggedOpen + 2 && cap < ringEvents) {
+            growRing(t);
+            ring = t.ring;
+            cap = ring.length / 2;
+            free = cap - (t.written - t.taken);
+        }
         if (opens && free < t.loggedOpen + 2) {
             t.dropped++;
             return false;
         }
         if (!opens && free < 1) return false;
-        int at = (int) (t.written & (ringEvents - 1)) * 2;
+        int at = (int) (t.written & (cap - 1)) * 2;
         ring[at] = head;
         ring[at + 1] = time;
         WRITTEN.setRelease(t, t.written + 1);
@@ -368,6 +395,14 @@ public final class Roots {
     private static long note(T t, String text) {
         rings(t);
         String[] n = t.notes;
+        if (t.notesWritten - t.notesTaken >= n.length && n.length < Math.max(16, ringEvents / 8)) {
+            // Twice as large, the untaken notes at the same positions (see growRing).
+            String[] bigger = new String[n.length * 2];
+            for (long k = t.notesTaken; k < t.notesWritten; k++) {
+                bigger[(int) (k % bigger.length)] = n[(int) (k % n.length)];
+            }
+            n = t.notes = bigger;
+        }
         if (t.notesWritten - t.notesTaken >= n.length) return -1;
         long at = t.notesWritten;
         n[(int) (at % n.length)] = text;
@@ -694,6 +729,9 @@ public final class Roots {
             nodes = 0;
             full = false;
             maxNodes = budget > 0 ? budget : maxNodes;
+            // A context costs about a hundred bytes: the trees stay under a tenth of the heap.
+            long afford = Runtime.getRuntime().maxMemory() / 1024;
+            if (afford > 0 && afford < maxNodes) maxNodes = (int) afford;
         }
         cpu = cpuTimer;
         minLatency = minLatencyNs;
@@ -842,11 +880,12 @@ public final class Roots {
         long from = t.taken;
         long[] ring = t.ring;
         int n = ring == null ? 0 : (int) (end - from);
+        int mask = ring == null ? 0 : ring.length / 2 - 1;
         long[] out = new long[2 + n * 2];
         out[0] = t.thread.getId();
         out[1] = t.dropped;
         for (int k = 0; k < n; k++) {
-            int at = (int) ((from + k) & (ringEvents - 1)) * 2;
+            int at = (int) ((from + k) & mask) * 2;
             out[2 + k * 2] = ring[at];
             out[3 + k * 2] = ring[at + 1];
         }
