@@ -30,6 +30,7 @@ pub mod speedscope;
 mod stacks;
 pub mod trace;
 pub mod tracelog;
+pub mod tracetree;
 
 #[cfg(test)]
 mod testdata;
