@@ -14,6 +14,7 @@ mod report;
 mod serve;
 mod session;
 mod top;
+mod trace;
 
 use clap::{Parser, Subcommand};
 
@@ -56,6 +57,8 @@ enum Command {
     Status(session::StatusArgs),
     /// Live hottest methods of a running JVM (self and total %), refreshed every second.
     Top(top::Args),
+    /// Join per-JVM method traces (`record --mode trace`) into one tree across remote calls.
+    Trace(trace::Args),
 }
 
 fn main() {
@@ -73,6 +76,7 @@ fn main() {
         Command::Stop(a) => session::stop(a),
         Command::Status(a) => session::status(a),
         Command::Top(a) => top::run(a),
+        Command::Trace(a) => trace::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),
