@@ -571,7 +571,18 @@ impl Joiner {
             conn_ids: _,
             mut notes,
         } = self;
-        for v in &vms {
+        let mut activations = vec![0u64; vms.len()];
+        for n in &nodes {
+            activations[threads[n.thread as usize].vm as usize] += 1;
+        }
+        for (v, &count) in vms.iter().zip(&activations) {
+            if count == 0 {
+                notes.push(format!(
+                    "{}: its recording holds no calls (did the include patterns match its \
+                     classes?)",
+                    v.name
+                ));
+            }
             if v.dropped_calls > 0 {
                 notes.push(format!(
                     "{}: {} calls were not recorded (a thread's trace buffer was full)",
@@ -1890,7 +1901,7 @@ function stats() {
 }
 let served = 0, unmatched = 0;
 for (let i = 0; i < N; i++) { if ((FL[i] & 3) && !(FL[i] & 4)) served++; if (FL[i] & 4) unmatched++; }
-document.getElementById("info").textContent = D.vms.length + " VMs \u00b7 " + N + " calls \u00b7 " + roots.length + " roots \u00b7 " +
+document.getElementById("info").textContent = D.vms.length + " VMs \u00b7 " + N + " nodes \u00b7 " + roots.length + " roots \u00b7 " +
   served / 2 + " remote calls matched \u00b7 " + unmatched + " unmatched sides";
 for (const n of D.notes) { const li = document.createElement("li"); li.textContent = n; document.getElementById("notes").appendChild(li); }
 colourSel.onchange = () => { legend(); render(); };
@@ -2668,6 +2679,21 @@ mod tests {
             "{:?}",
             j.notes()
         );
+    }
+
+    #[test]
+    fn a_recording_without_calls_is_noted() {
+        let mut a = Vm::new("a", 0);
+        a.enter("main", "A.run", 0);
+        a.exit("main", 5);
+        let j = join([a.recording(), Vm::new("idle", 0).recording()]);
+        assert!(
+            j.notes()
+                .iter()
+                .any(|n| n.starts_with("idle: its recording holds no calls"))
+        );
+        assert!(!j.notes().iter().any(|n| n.starts_with("a: its recording")));
+        assert_eq!(flatten(&j).len(), 1);
     }
 
     /// Scans JSON without recursion: the deepest nesting of objects and arrays.
