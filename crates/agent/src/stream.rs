@@ -947,7 +947,7 @@ mod tests {
             .iter()
             .map(|i| match i {
                 Item::Samples(b) => b.seq,
-                Item::Snapshot(_) => 0,
+                Item::Snapshot(_) | Item::Trace(..) => 0,
             })
             .collect();
         assert_eq!(seqs, vec![3, 4]);

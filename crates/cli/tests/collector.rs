@@ -1543,3 +1543,111 @@ fn push_sends_every_vm_to_a_pyroscope_endpoint() {
     );
     assert_eq!(stacks(&collapsed(&c.addr, c_id)), want);
 }
+
+/// Trace mode at the collector: an HTTP server and its client, both traced and streaming, are
+/// joined by `GET /api/trace` while the server still runs: every client call (three through
+/// HttpURLConnection, two through HttpClient) has the server's handler, on the other VM, as
+/// its one child, and the handler's own callee under it.
+#[test]
+fn traces_stream_and_join_at_the_collector() {
+    let _g = serial();
+    let dir = scratch("traces");
+    let classes = dir.join("classes");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/TraceLive.java");
+    let status = Command::new("javac")
+        .args(["--release", "11", "-d"])
+        .arg(&classes)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success(), "javac failed on TraceLive.java");
+    let c = collector(&dir.join("data"), "127.0.0.1:0", Some(TOKEN));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let traced = |name: &str, args: &[&str]| {
+        let options = format!(
+            "mode=trace,vm_name={name},server={},token={TOKEN},file={}",
+            c.addr,
+            dir.join(format!("{name}.jvmprof")).display()
+        );
+        Proc::spawn(
+            Command::new("java")
+                .arg(format!("-agentpath:{}={options}", agent().display()))
+                .arg("-cp")
+                .arg(&classes)
+                .arg("TraceLive")
+                .args(args),
+        )
+    };
+    let _server = traced("srv", &["server", &port, "30000"]);
+    wait_for("the traced HTTP server", || {
+        TcpStream::connect(format!("127.0.0.1:{port}")).ok()
+    });
+    let mut client = traced("cli", &["client", &port]);
+    client.wait_success();
+    // Live: the server has not ended; its chunks arrive within about a second.
+    let tree = wait_for("both sides of five calls at the collector", || {
+        let (code, body) = get(&c.addr, "/api/trace?format=json")?;
+        let v: Value = serde_json::from_slice(&body).ok()?;
+        let calls = client_nodes(&v);
+        (code == 200
+            && calls.len() == 5
+            && calls
+                .iter()
+                .all(|n| n["children"].as_array().is_some_and(|c| c.len() == 1)))
+        .then_some(v)
+    });
+    for call in client_nodes(&tree) {
+        assert_eq!(call["vm"], "cli", "{call}");
+        let label = call["method"].as_str().unwrap();
+        assert!(label.starts_with("GET http://127.0.0.1:"), "{label}");
+        let server = &call["children"][0];
+        assert_eq!(server["kind"], "server", "{call}");
+        assert_eq!(server["vm"], "srv", "{call}");
+        assert_eq!(server["method"], "TraceLive$Hello.handle", "{call}");
+        let work: Vec<&str> = server["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n["method"].as_str())
+            .collect();
+        assert_eq!(work, vec!["TraceLive.work"], "{call}");
+    }
+    let (code, html) = get(&c.addr, "/api/trace?format=html").unwrap();
+    let html = String::from_utf8_lossy(&html);
+    assert_eq!(code, 200);
+    assert!(
+        html.contains("TraceLive$Hello.handle"),
+        "the page embeds the tree"
+    );
+    assert!(
+        !html.contains("src=\"http"),
+        "the page loads nothing from the network"
+    );
+    let (code, _) = get(&c.addr, "/api/trace?format=svg").unwrap();
+    assert_eq!(code, 400);
+    let (code, _) = get_as(&c.addr, "/api/trace", None).unwrap();
+    assert_eq!(code, 401, "traces need the token");
+}
+
+/// The `"kind": "client"` nodes of a joined tree, depth first.
+fn client_nodes(v: &Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut todo: Vec<&Value> = v["roots"]
+        .as_array()
+        .map(|r| r.iter().collect())
+        .unwrap_or_default();
+    while let Some(n) = todo.pop() {
+        if n["kind"] == "client" {
+            out.push(n.clone());
+        }
+        if let Some(c) = n["children"].as_array() {
+            todo.extend(c.iter());
+        }
+    }
+    out
+}

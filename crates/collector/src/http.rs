@@ -71,6 +71,7 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/api/vms/{id}/profile", get(profile))
         .route("/api/vms/{id}/series", get(series))
         .route("/api/diff", get(diff))
+        .route("/api/trace", get(joined_trace))
         .route(
             "/api/vms/{id}/heap",
             get(heap_report)
@@ -335,6 +336,52 @@ fn respond(bytes: Vec<u8>, format: Option<Format>, download: bool, name: &str) -
 
 /// Largest heap dump accepted by upload.
 const MAX_HEAP_DUMP: u64 = 64 << 30;
+
+#[derive(Deserialize)]
+struct TraceQuery {
+    /// VM ids, comma-separated (default: every VM with traces).
+    vms: Option<String>,
+    /// json (default), html, txt or trace.json.
+    format: Option<String>,
+}
+
+/// `GET /api/trace?vms=1,2&format=html`: the method traces of these VMs joined into one tree
+/// across their remote calls (trace mode), as they stand now.
+async fn joined_trace(State(hub): State<Arc<Hub>>, Query(q): Query<TraceQuery>) -> Response {
+    use jvmprof_profile::tracetree::OutputFormat;
+    let (format, ctype) = match q.format.as_deref().unwrap_or("json") {
+        "json" => (OutputFormat::Json, "application/json"),
+        "html" => (OutputFormat::Html, "text/html; charset=utf-8"),
+        "txt" | "text" => (OutputFormat::Text, "text/plain; charset=utf-8"),
+        "trace.json" | "chrome" => (OutputFormat::ChromeTrace, "application/json"),
+        f => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("unknown format '{f}' (json, html, txt, trace.json)"),
+            );
+        }
+    };
+    let ids: Vec<u64> = match q.vms.as_deref().filter(|v| !v.trim().is_empty()) {
+        None => hub.traces.vms(),
+        Some(list) => match list.split(',').map(|i| i.trim().parse::<u64>()).collect() {
+            Ok(v) => v,
+            Err(_) => return error(StatusCode::BAD_REQUEST, format!("bad VM list '{list}'")),
+        },
+    };
+    let mut vms = Vec::new();
+    for id in ids {
+        let Some(r) = hub.vms.record(id) else {
+            return error(StatusCode::NOT_FOUND, format!("no VM {id}"));
+        };
+        vms.push((id, format!("pid {} on {}", r.pid, r.host)));
+    }
+    let traces = hub.traces.clone();
+    match tokio::task::spawn_blocking(move || traces.joined(&vms, format)).await {
+        Ok(Ok(bytes)) => ([(header::CONTENT_TYPE, ctype.to_string())], bytes).into_response(),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
 
 async fn delete_vm(State(hub): State<Arc<Hub>>, Path(id): Path<u64>) -> Response {
     match hub.delete_vm(id).await {

@@ -18,6 +18,7 @@ pub mod ingest;
 pub mod push;
 mod queue;
 pub mod store;
+pub mod traces;
 
 use analysis::{Analysis, CallGraphs, LiveView, Profiles, Trace};
 use jvmprof_proto::{Decoder, Event, MAGIC, Reply};
@@ -280,6 +281,8 @@ pub struct Hub {
     pub stats: Stats,
     /// Heap dumps uploaded per VM and their reports.
     pub heaps: Arc<heaps::Heaps>,
+    /// Method traces streamed per VM (trace mode).
+    pub traces: Arc<traces::Traces>,
     /// Bytes all agent connections make the collector hold (see [`MAX_ALL_CONNECTIONS_BYTES`]).
     pub held: std::sync::atomic::AtomicUsize,
     /// Per address: the minute (since the epoch) and how many new VMs it created in it.
@@ -306,6 +309,8 @@ pub struct Stats {
     pub pushed: AtomicU64,
     pub push_failures: AtomicU64,
     pub push_dropped_ms: AtomicU64,
+    /// Trace chunks received (trace mode).
+    pub trace_chunks: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -344,6 +349,7 @@ impl Hub {
             }),
         ];
         let heaps = Arc::new(heaps::Heaps::open(&config.data)?);
+        let traces = Arc::new(traces::Traces::open(&config.data)?);
         Ok(Hub {
             config,
             store,
@@ -352,6 +358,7 @@ impl Hub {
             analyses,
             stats: Stats::default(),
             heaps,
+            traces,
             held: std::sync::atomic::AtomicUsize::new(0),
             new_vms: Mutex::new(std::collections::HashMap::new()),
         })
@@ -375,6 +382,7 @@ impl Hub {
             a.remove_vm(id);
         }
         self.heaps.remove(id);
+        self.traces.remove(id);
     }
 
     /// Rolls up and expires stored data now and then, for as long as the collector runs.
@@ -662,6 +670,13 @@ async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) {
                     if let Some(r) = hub.vms.update(id, |r| r.labels = labels) {
                         hub.store.put_vm(r);
                     }
+                }
+                (Event::Trace { seq, chunk }, Some(id)) => {
+                    bump(&hub.stats.trace_chunks, 1);
+                    if let Err(e) = hub.traces.append(id, seq, &chunk) {
+                        eprintln!("jvmprof serve: cannot store traces of VM {id}: {e}");
+                    }
+                    hub.vms.update(id, |r| r.last_seen = now_ms());
                 }
                 (Event::Bye, _) => break 'conn None,
                 // The decoder only yields other events after a Hello.
