@@ -212,7 +212,7 @@ fn errors_name_what_is_wrong() {
     );
     assert_eq!(
         err(&out),
-        "message 1 (Hello): protocol version 99 not supported (this collector speaks versions 1 to 2)"
+        "message 1 (Hello): protocol version 99 not supported (this collector speaks versions 1 to 3)"
     );
     // A stack that refers to a frame never defined.
     let mut e = Encoder::new();
@@ -345,4 +345,51 @@ fn labels_follow_the_hello_and_version_1_agents_are_still_accepted() {
         let e = decode_all(&out, 64).unwrap_err().to_string();
         assert_eq!(e, format!("message 2 (Labels): {why}"));
     }
+}
+
+#[test]
+fn trace_chunks_pass_whole_and_damaged_ones_are_refused() {
+    use jvmprof_profile::tracelog::{Chunk, Event as TraceEvent, write_chunk};
+    let chunk = Chunk {
+        threads: vec![(1, "main".into())],
+        methods: vec![(2, "A.run".into())],
+        events: vec![(
+            1,
+            vec![
+                TraceEvent::Enter { method: 2, ns: 10 },
+                TraceEvent::Exit { ns: 20 },
+            ],
+        )],
+        ..Chunk::default()
+    };
+    let mut bytes = Vec::new();
+    write_chunk(&chunk, &mut bytes).unwrap();
+    let mut e = Encoder::new();
+    let mut out = Vec::new();
+    e.hello(&hello(), &mut out);
+    e.message(
+        &Message::Trace {
+            seq: 1,
+            chunk: bytes.clone(),
+        },
+        &mut out,
+    );
+    let events = decode_all(&out, 7).unwrap();
+    assert!(
+        events.iter().any(|ev| *ev
+            == Event::Trace {
+                seq: 1,
+                chunk: bytes.clone()
+            }),
+        "{events:?}"
+    );
+    // A flipped byte: the chunk's checksum fails and the message says so.
+    let mut bad = bytes.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    let mut out = Vec::new();
+    Encoder::new().hello(&hello(), &mut out);
+    put_frame(&Message::Trace { seq: 2, chunk: bad }, &mut out);
+    let e = decode_all(&out, 1 << 20).unwrap_err().to_string();
+    assert!(e.contains("(Trace)") && e.contains("checksum"), "{e}");
 }
