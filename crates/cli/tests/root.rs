@@ -540,6 +540,23 @@ fn assert_session_metadata(p: &Profile, roots: &str) {
         skipped.is_empty(),
         "methods of the subgraph left uninstrumented: {skipped:#?}"
     );
+    // No --include in these sessions: the JDK's methods stay out of the subgraph, also those
+    // of classes that loaded only after the call site that reaches them was read
+    // (IntStream.range under task).
+    let jdk: Vec<String> = p
+        .frames
+        .iter()
+        .filter(|f| {
+            ["java.", "javax.", "jdk.", "sun."]
+                .iter()
+                .any(|pkg| f.class.starts_with(pkg))
+        })
+        .map(|f| format!("{}.{}", f.class, f.method))
+        .collect();
+    assert!(
+        jdk.is_empty(),
+        "JDK methods instrumented without --include: {jdk:?}"
+    );
     for k in ["root_inner_ns", "root_outer_ns"] {
         let v: f64 = meta(p, k)
             .parse()

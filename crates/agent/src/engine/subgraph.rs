@@ -503,6 +503,15 @@ pub fn transform(
             }
         }
     }
+    // A call site may have selected methods of a class before it loaded, not knowing then that
+    // it is a JDK class: those stay out of scope unless `include` brings the class in (roots
+    // stay, wherever they are).
+    if jdk && !wanted_class(&t.options, name, Origin::Jdk) {
+        let methods = &t.methods;
+        if let Some(sel) = t.selected.get_mut(name) {
+            sel.retain(|_, id| methods[(*id - FIRST_ID) as usize].root);
+        }
+    }
     let selected = t.selected.get(name).cloned().unwrap_or_default();
     let info = t.classes.entry(name.to_string()).or_default();
     if selected.is_empty() {
