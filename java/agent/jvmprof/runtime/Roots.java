@@ -450,7 +450,13 @@ public final class Roots {
 
     /** Exit (normal or exceptional) of an instrumented method. */
     public static void close(Node n, long bytecodes) {
-        if (n == null) return;
+        // Outside every root (n is null) this is all a compiled method runs: small enough to
+        // be inlined everywhere, the rest out of line.
+        if (n != null) leave(n, bytecodes);
+    }
+
+    @jdk.internal.vm.annotation.DontInline
+    private static void leave(Node n, long bytecodes) {
         long end = now();
         T t = n.t;
         int d = t.depth;
