@@ -23,6 +23,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// written.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(1);
 
+/// The longest the writer sleeps before it looks at the stop and flush flags again.
+const WAIT_SLICE: Duration = Duration::from_millis(5);
+
 /// The writer thread's body.
 pub fn run(
     state: &'static AgentState,
@@ -66,22 +69,22 @@ pub fn run(
         .unwrap_or(HOUSEKEEPING_EVERY);
     let mut next = Instant::now() + tick;
     loop {
-        {
-            let mut stop = lock(&shared.stop);
-            while !*stop
-                && Instant::now() < next
-                && !shared.flush_now.load(std::sync::atomic::Ordering::Acquire)
-            {
-                let wait = next.saturating_duration_since(Instant::now());
-                stop = shared
-                    .wake
-                    .wait_timeout(stop, wait)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
-            }
-            if *stop {
+        // Sleeps in short slices, looking at the stop and flush flags between them, rather than
+        // a timed wait on the condition variable: that waits until an absolute time computed
+        // from the clock the process sees, which libfaketime moves (a JVM run with its clock
+        // an hour ahead never woke, so `duration` and trace draining stopped).
+        loop {
+            if *lock(&shared.stop) {
                 break;
             }
+            let now = Instant::now();
+            if now >= next || shared.flush_now.load(std::sync::atomic::Ordering::Acquire) {
+                break;
+            }
+            std::thread::sleep(next.saturating_duration_since(now).min(WAIT_SLICE));
+        }
+        if *lock(&shared.stop) {
+            break;
         }
         next += tick;
         if next < Instant::now() {

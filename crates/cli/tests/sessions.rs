@@ -234,6 +234,38 @@ fn duration_works_when_record_launches_the_jvm() {
     }
 }
 
+/// A JVM whose clock runs an hour ahead (libfaketime moves the monotonic clock too) still ends
+/// its session after `--duration`: the agent's writer sleeps in slices instead of waiting until
+/// an absolute time on that clock, which never came.
+#[test]
+fn duration_works_with_the_clock_an_hour_ahead() {
+    let _g = serial();
+    let file = scratch("faketime-duration").join("d.jvmprof");
+    let out = Command::new("faketime")
+        .args(["-f", "+1h"])
+        .arg(jvmprof())
+        .args(["record", "--duration", "2s", "-o"])
+        .arg(&file)
+        .arg("--")
+        .arg("java")
+        .arg("-cp")
+        .arg(classes())
+        .args(["Service", "6"])
+        .output()
+        .expect("faketime must be installed (apt-get install faketime; .ci/run does)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p = jvmprof_profile::read_any(&file).unwrap();
+    assert!(
+        (1500..4500).contains(&p.meta.duration_ms),
+        "session lasted {} ms",
+        p.meta.duration_ms
+    );
+}
+
 /// A script standing in for `java`: it leaves a marker file if it is ever run.
 fn fake_java(dir: &Path) -> (PathBuf, PathBuf) {
     let marker = dir.join("java-was-started");

@@ -232,6 +232,11 @@ pub fn wanted_class(o: &ExactOptions, internal: &str, origin: Origin) -> bool {
     }) {
         return false;
     }
+    // Dynamic proxies (RMI stubs, ...): defined in the caller's loader, but the JDK's code
+    // (packages jdk.proxyN, com.sun.proxy before JDK 16).
+    if internal.starts_with("jdk/proxy") || internal.starts_with("com/sun/proxy/") {
+        return false;
+    }
     let dotted = internal.replace('/', ".");
     if o.exclude.iter().any(|p| glob(p, &dotted)) {
         return false;
@@ -623,5 +628,15 @@ mod tests {
         assert!(!wanted_class(&lang, "java/lang/ref/Reference", Origin::Jdk));
         assert!(wanted_class(&lang, "java/lang/ClassValue", Origin::Jdk));
         assert!(wanted_class(&lang, "java/lang/ThreadGroup", Origin::Jdk));
+        assert!(!wanted_class(
+            &none,
+            "jdk/proxy1/$Proxy0",
+            Origin::Application
+        ));
+        assert!(!wanted_class(
+            &none,
+            "com/sun/proxy/$Proxy3",
+            Origin::Application
+        ));
     }
 }

@@ -1086,6 +1086,22 @@ impl SubgraphEngine {
             .unwrap_or_default();
         let mut c = lock(&self.collector);
         c.merge(jni, roots, sink, &methods, last);
+        if self.trace.is_some() {
+            // Trace mode: the traces carry the calls; `jvmprof trace` gives their statistics.
+            let instrumented = tables().as_ref().map_or(0, |t| t.instrumented_methods);
+            let extra = &mut sink.meta_mut().extra;
+            extra.insert(
+                "trace_methods_instrumented".into(),
+                instrumented.to_string(),
+            );
+            extra.insert("trace_contexts".into(), c.contexts.to_string());
+            if last {
+                let (restored, still) = *lock(&self.restored);
+                extra.insert("trace_classes_restored".into(), restored.to_string());
+                extra.insert("trace_methods_still_instrumented".into(), still.to_string());
+            }
+            return;
+        }
         let stats = c.stats_table();
         let extra = &mut sink.meta_mut().extra;
         let (inner, outer) = *lock(&self.calibration);
