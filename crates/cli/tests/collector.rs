@@ -1634,6 +1634,62 @@ fn traces_stream_and_join_at_the_collector() {
     assert_eq!(code, 401, "traces need the token");
 }
 
+/// A root session streams its calling-context tree like sampled profiles: the client of
+/// TraceLive with the root `TraceLive.main` (every call of the class below it) reaches the
+/// collector with the exact call counts the file has.
+#[test]
+fn a_root_session_streams_exact_calls() {
+    let _g = serial();
+    let dir = scratch("root-stream");
+    let classes = dir.join("classes");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/TraceLive.java");
+    let status = Command::new("javac")
+        .args(["--release", "11", "-d"])
+        .arg(&classes)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success(), "javac failed on TraceLive.java");
+    let c = collector(&dir.join("data"), "127.0.0.1:0", Some(TOKEN));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let java = |options: Option<String>, args: &[&str]| {
+        let mut cmd = Command::new("java");
+        if let Some(o) = options {
+            cmd.arg(format!("-agentpath:{}={o}", agent().display()));
+        }
+        Proc::spawn(cmd.arg("-cp").arg(&classes).arg("TraceLive").args(args))
+    };
+    let _server = java(None, &["server", &port, "30000"]);
+    wait_for("the HTTP server", || {
+        TcpStream::connect(format!("127.0.0.1:{port}")).ok()
+    });
+    let file = dir.join("client.collapsed");
+    let mut client = java(
+        Some(format!(
+            "mode=exact,root=TraceLive.main,server={},token={TOKEN},file={},value=calls",
+            c.addr,
+            file.display()
+        )),
+        &["client", &port],
+    );
+    client.wait_success();
+    let want = "TraceLive.main 1\nTraceLive.main;TraceLive.callClient 2\nTraceLive.main;TraceLive.callUrl 3\n";
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), want);
+    let id = wait_disconnected(&c.addr, client.pid());
+    let mut lines: Vec<String> = collapsed(&c.addr, id).lines().map(str::to_string).collect();
+    lines.sort();
+    assert_eq!(
+        lines.join("\n") + "\n",
+        want,
+        "the collector has what the file has"
+    );
+}
+
 /// The `"kind": "client"` nodes of a joined tree, depth first.
 fn client_nodes(v: &Value) -> Vec<Value> {
     let mut out = Vec::new();
