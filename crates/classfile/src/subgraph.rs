@@ -15,6 +15,7 @@ use crate::constant_pool::Constant;
 use crate::error::Result;
 use crate::instrument::{ContextProbes, Outcome, add_contexts};
 use crate::opcodes::{INVOKESPECIAL, INVOKESTATIC};
+use std::collections::HashMap;
 
 /// The root runtime class (`java/agent/jvmprof/runtime/Roots.java`).
 pub const ROOTS_CLASS: &str = "jvmprof/runtime/Roots";
@@ -95,10 +96,29 @@ pub fn call_targets(data: &[u8], name: &str, descriptor: &str) -> Result<Vec<Tar
     else {
         return Ok(Vec::new());
     };
-    let Some(code) = Code::read(&cf, index)? else {
+    method_targets(&cf, index, &bootstrap_methods(&cf))
+}
+
+/// Call targets by method: (name, descriptor) → targets.
+pub type TargetsByMethod = HashMap<(String, String), Vec<Target>>;
+
+/// [`call_targets`] of every method of a class, from one read of it: (name, descriptor) →
+/// targets (methods without code have none).
+pub fn all_call_targets(data: &[u8]) -> Result<TargetsByMethod> {
+    let cf = ClassFile::read(data)?;
+    let bootstrap = bootstrap_methods(&cf);
+    let mut out = HashMap::with_capacity(cf.methods.len());
+    for (i, m) in cf.methods.iter().enumerate() {
+        let key = (cf.member_name(m), cf.member_descriptor(m));
+        out.insert(key, method_targets(&cf, i, &bootstrap)?);
+    }
+    Ok(out)
+}
+
+fn method_targets(cf: &ClassFile, index: usize, bootstrap: &[Vec<u16>]) -> Result<Vec<Target>> {
+    let Some(code) = Code::read(cf, index)? else {
         return Ok(Vec::new());
     };
-    let bootstrap = bootstrap_methods(&cf);
     let mut out: Vec<Target> = Vec::new();
     let mut push = |t: Target| {
         if !out.contains(&t) {
@@ -108,7 +128,7 @@ pub fn call_targets(data: &[u8], name: &str, descriptor: &str) -> Result<Vec<Tar
     for insn in &code.insns {
         match insn {
             Insn::Ref { op, index } if matches!(*op, INVOKESTATIC | INVOKESPECIAL) => {
-                if let Some(t) = member(&cf, *index, Dispatch::Direct) {
+                if let Some(t) = member(cf, *index, Dispatch::Direct) {
                     push(t);
                 }
             }
@@ -117,7 +137,7 @@ pub fn call_targets(data: &[u8], name: &str, descriptor: &str) -> Result<Vec<Tar
                 index,
             }
             | Insn::InvokeInterface { index, .. } => {
-                if let Some(t) = member(&cf, *index, Dispatch::Virtual) {
+                if let Some(t) = member(cf, *index, Dispatch::Virtual) {
                     push(t);
                 }
             }
@@ -126,13 +146,13 @@ pub fn call_targets(data: &[u8], name: &str, descriptor: &str) -> Result<Vec<Tar
                     continue;
                 };
                 for arg in bootstrap.get(usize::from(*bsm)).into_iter().flatten() {
-                    if let Some(t) = handle(&cf, *arg) {
+                    if let Some(t) = handle(cf, *arg) {
                         push(t);
                     }
                 }
             }
             Insn::Ldc { index, .. } => {
-                if let Some(t) = handle(&cf, *index) {
+                if let Some(t) = handle(cf, *index) {
                     push(t);
                 }
             }

@@ -768,6 +768,10 @@ fn call_targets_name_every_kind_of_call_site() {
     // Each target once.
     let mut seen = std::collections::HashSet::new();
     assert!(targets.iter().all(|t| seen.insert(t.clone())));
+    // One read of the class gives every method's targets, the same ones.
+    let all_methods = jvmprof_classfile::subgraph::all_call_targets(&data).unwrap();
+    assert_eq!(all_methods[&("all".to_string(), all.clone())], targets);
+    assert_eq!(all_methods.len(), h.methods.len());
     assert!(call_targets(&data, "nosuch", "()V").unwrap().is_empty());
     assert!(call_targets(b"\xca\xfe\xba\xbe\0", "all", &all).is_err());
 }

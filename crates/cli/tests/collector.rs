@@ -1552,22 +1552,8 @@ fn push_sends_every_vm_to_a_pyroscope_endpoint() {
 fn traces_stream_and_join_at_the_collector() {
     let _g = serial();
     let dir = scratch("traces");
-    let classes = dir.join("classes");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/TraceLive.java");
-    let status = Command::new("javac")
-        .args(["--release", "11", "-d"])
-        .arg(&classes)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(status.success(), "javac failed on TraceLive.java");
+    let (classes, port) = trace_live(&dir);
     let c = collector(&dir.join("data"), "127.0.0.1:0", Some(TOKEN));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
     let traced = |name: &str, args: &[&str]| {
         let options = format!(
             "mode=trace,vm_name={name},server={},token={TOKEN},file={}",
@@ -1641,22 +1627,8 @@ fn traces_stream_and_join_at_the_collector() {
 fn a_root_session_streams_exact_calls() {
     let _g = serial();
     let dir = scratch("root-stream");
-    let classes = dir.join("classes");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/TraceLive.java");
-    let status = Command::new("javac")
-        .args(["--release", "11", "-d"])
-        .arg(&classes)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(status.success(), "javac failed on TraceLive.java");
+    let (classes, port) = trace_live(&dir);
     let c = collector(&dir.join("data"), "127.0.0.1:0", Some(TOKEN));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
     let java = |options: Option<String>, args: &[&str]| {
         let mut cmd = Command::new("java");
         if let Some(o) = options {
@@ -1688,6 +1660,26 @@ fn a_root_session_streams_exact_calls() {
         want,
         "the collector has what the file has"
     );
+}
+
+/// TraceLive compiled into `dir/classes`, and a free port for its HTTP server.
+fn trace_live(dir: &Path) -> (PathBuf, String) {
+    let classes = dir.join("classes");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/TraceLive.java");
+    let status = Command::new("javac")
+        .args(["--release", "11", "-d"])
+        .arg(&classes)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success(), "javac failed on TraceLive.java");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    (classes, port)
 }
 
 /// The `"kind": "client"` nodes of a joined tree, depth first.

@@ -88,6 +88,9 @@ struct ClassInfo {
     methods: Option<Vec<DeclaredMethod>>,
     /// The original class file, kept once a method of the class was selected.
     bytes: Option<Arc<[u8]>>,
+    /// What each method may call, read from `bytes` at the first revelation in the class (one
+    /// read of the class however many of its methods are revealed).
+    targets: Option<Arc<subgraph::TargetsByMethod>>,
     /// Whether the JVM runs our probes in it now.
     instrumented: bool,
 }
@@ -115,7 +118,6 @@ struct Tables {
     notes: Vec<String>,
     /// Classes a root waits for (said once each).
     waiting: BTreeSet<String>,
-    instrumented_methods: u64,
     retransforms: u64,
     /// Trace mode: every method of a traced class, and the remote-call hooks.
     trace: bool,
@@ -124,6 +126,16 @@ struct Tables {
 }
 
 impl Tables {
+    /// Methods selected in classes the JVM runs with our probes.
+    fn instrumented_methods(&self) -> u64 {
+        self.classes
+            .iter()
+            .filter(|(_, c)| c.instrumented)
+            .filter_map(|(name, _)| self.selected.get(name))
+            .map(|m| m.len() as u64)
+            .sum()
+    }
+
     /// Trace mode: selects every method with code of a traced class; true if it is traced.
     fn trace_class(&mut self, class: &str, methods: &[DeclaredMethod]) -> bool {
         if !self.trace || !self.wanted(class) {
@@ -374,21 +386,25 @@ fn reveal(_jni: &Jni, id: i32) {
             return;
         };
         let (class, name, desc) = (m.class.clone(), m.name.clone(), m.descriptor.clone());
-        let Some(bytes) = t.classes.get(&class).and_then(|c| c.bytes.clone()) else {
+        let Some(info) = t.classes.get_mut(&class) else {
             return;
         };
-        match subgraph::call_targets(&bytes, &name, &desc) {
-            Ok(targets) => {
-                for target in &targets {
-                    t.resolve(target);
+        if info.targets.is_none() {
+            let Some(bytes) = info.bytes.clone() else {
+                return;
+            };
+            match subgraph::all_call_targets(&bytes) {
+                Ok(all) => info.targets = Some(Arc::new(all)),
+                Err(e) => {
+                    t.skipped
+                        .insert(class.replace('/', "."), format!("callees unread: {e}"));
+                    return;
                 }
             }
-            Err(e) => {
-                t.skipped.insert(
-                    format!("{class}.{name}{desc}"),
-                    format!("callees unread: {e}"),
-                );
-            }
+        }
+        let targets = info.targets.clone().unwrap_or_default();
+        for target in targets.get(&(name, desc)).into_iter().flatten() {
+            t.resolve(target);
         }
         (t.env, t.take_pending())
     };
@@ -537,7 +553,6 @@ pub fn transform(
                 info.bytes = Some(Arc::from(data));
             }
             info.instrumented = out.rewritten > 0;
-            t.instrumented_methods = t.selected.values().map(|m| m.len() as u64).sum::<u64>();
             for s in out.skipped {
                 t.skipped.insert(s, "not instrumented".into());
             }
@@ -809,7 +824,6 @@ impl Engine for SubgraphEngine {
             skipped: BTreeMap::new(),
             notes: Vec::new(),
             waiting: BTreeSet::new(),
-            instrumented_methods: 0,
             retransforms: 0,
             trace: self.trace.is_some(),
             include_hits: vec![0; self.options.include.len()],
@@ -1003,7 +1017,7 @@ impl Engine for SubgraphEngine {
                         say(&format!("trace: --include {p} matched no class"));
                     }
                 }
-                if t.instrumented_methods == 0 {
+                if t.instrumented_methods() == 0 {
                     say("trace: no method was traced (no class in scope loaded)");
                 }
             }
@@ -1088,7 +1102,7 @@ impl SubgraphEngine {
         c.merge(jni, roots, sink, &methods, last);
         if self.trace.is_some() {
             // Trace mode: the traces carry the calls; `jvmprof trace` gives their statistics.
-            let instrumented = tables().as_ref().map_or(0, |t| t.instrumented_methods);
+            let instrumented = tables().as_ref().map_or(0, |t| t.instrumented_methods());
             let extra = &mut sink.meta_mut().extra;
             extra.insert(
                 "trace_methods_instrumented".into(),
@@ -1128,7 +1142,7 @@ impl SubgraphEngine {
         if let Some(t) = tables().as_ref() {
             extra.insert(
                 "root_methods_instrumented".into(),
-                t.instrumented_methods.to_string(),
+                t.instrumented_methods().to_string(),
             );
             extra.insert("root_methods_run".into(), t.revealed.len().to_string());
             extra.insert(
