@@ -2,8 +2,8 @@
 //!
 //! The protocol is the one `jcmd` and `VirtualMachine.attach` use:
 //!
-//! 1. If the target's attach socket `/proc/<pid>/root/tmp/.java_pid<nspid>` does not exist yet,
-//!    create the trigger file `.attach_pid<nspid>` in the target's working directory (falling back
+//! 1. If the target's attach socket `/proc/<pid>/root/tmp/.java_pid<nspid>` does not exist yet
+//!    (or nobody listens on it: a JVM that died with the same pid left it behind), create the trigger file `.attach_pid<nspid>` in the target's working directory (falling back
 //!    to its `/tmp`) and send it SIGQUIT; the JVM's signal dispatcher sees the file and starts the
 //!    attach listener, which creates the socket. We poll for it (10 s by default).
 //! 2. Connect, write `1\0<cmd>\0<arg1>\0<arg2>\0<arg3>\0` (protocol version 1, always three
@@ -263,7 +263,12 @@ impl VmConnection {
             .filter(|f| rustix::fs::flock(f, rustix::fs::FlockOperation::LockExclusive).is_ok());
         if is_socket(&socket) {
             check_socket_owner(&socket, &status)?;
-            return Ok(conn);
+            if accepts_connections(&socket) {
+                return Ok(conn);
+            }
+            // A socket nobody listens on was left by a JVM that died with this pid: the JVM we
+            // signal replaces it (HotSpot renames its new socket over the path), and a process
+            // that is no JVM is refused below.
         }
 
         // Signalling is only safe for a JVM that handles SIGQUIT: check before we touch anything.
@@ -274,7 +279,7 @@ impl VmConnection {
         let start = Instant::now();
         let mut delay = Duration::from_millis(20);
         loop {
-            if is_socket(&socket) {
+            if is_socket(&socket) && accepts_connections(&socket) {
                 drop(trigger);
                 check_socket_owner(&socket, &status)?;
                 return Ok(conn);
@@ -462,6 +467,12 @@ fn check_socket_owner(socket: &Path, status: &ProcStatus) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Whether a listener is behind the socket: a stale one left by a dead process refuses the
+/// connection. (The attach listener reads an empty request from this probe and drops it.)
+fn accepts_connections(path: &Path) -> bool {
+    UnixStream::connect(path).is_ok()
 }
 
 fn is_socket(path: &Path) -> bool {

@@ -264,6 +264,56 @@ fn refuses_to_signal_a_process_that_does_not_handle_sigquit() {
     child.wait().unwrap();
 }
 
+/// A socket left at `/tmp/.java_pid<pid>` by a JVM that died with this pid: bound, then closed.
+fn plant_stale_socket(pid: u32) -> PathBuf {
+    let path = PathBuf::from(format!("/tmp/.java_pid{pid}"));
+    let _ = std::fs::remove_file(&path);
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists());
+    path
+}
+
+#[test]
+fn a_stale_socket_does_not_make_a_process_a_jvm() {
+    let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = child.id();
+    wait_for_comm(pid, "sleep");
+    let stale = plant_stale_socket(pid);
+    let err = attach::execute(pid, "properties", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("does not handle SIGQUIT"), "{err}");
+    assert!(alive(pid), "the non-JVM process was hurt");
+    let _ = std::fs::remove_file(stale);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+fn stale_socket_is_replaced(version: u32) {
+    let Some(home) = jdk(version) else { return };
+    let jvm = Jvm::start(&home, &[]);
+    let pid = jvm.pid();
+    let stale = plant_stale_socket(pid);
+    let props = attach::execute(pid, "properties", &[]).unwrap();
+    assert!(
+        props.contains("jvmprof.test.marker=attach-marker-42"),
+        "{props}"
+    );
+    let stderr = jvm.stop();
+    assert!(!stderr.contains("Full thread dump"), "{stderr}");
+    let _ = std::fs::remove_file(stale);
+}
+
+#[test]
+fn jdk17_stale_socket_is_replaced_by_the_listener() {
+    stale_socket_is_replaced(17);
+}
+
+#[test]
+fn jdk25_stale_socket_is_replaced_by_the_listener() {
+    stale_socket_is_replaced(25);
+}
+
 #[test]
 fn refuses_to_signal_a_non_jvm_that_catches_sigquit() {
     // A Python process with a SIGQUIT handler catches the signal but is no JVM. (Not a bash
