@@ -32,10 +32,11 @@ pub struct Args {
     #[arg(long, default_value = "10us")]
     pub lock_threshold: String,
     /// exact: also instrument these classes (e.g. 'java.util.*'; JDK classes are left out
-    /// otherwise). Repeat or separate with ':'.
+    /// otherwise). trace: trace only these classes (application or JDK; without it, every
+    /// application class). Repeat or separate with ':'.
     #[arg(long)]
     pub include: Vec<String>,
-    /// exact: never instrument these classes (e.g. 'com.acme.generated.*').
+    /// exact, trace: never instrument these classes (e.g. 'com.acme.generated.*').
     #[arg(long)]
     pub exclude: Vec<String>,
     /// exact: basic-block analysis for bytecode counts: default (blocks end at jumps) or precise

@@ -1095,6 +1095,78 @@ fn http_calls_join_their_handlers_on_a_skewed_server() {
     }
 }
 
+/// `--include` narrows a trace to the classes it names, a JDK class among them: the server
+/// traces only its handler and `java.net.URI`, yet each served call still joins its client call.
+#[test]
+fn include_traces_only_the_classes_it_names() {
+    let _g = serial();
+    let home = None;
+    let what = "HTTP, server with --include";
+    let dir = scratch("trace-include");
+    let mut web_spec = Spec::traced(home, "web", &dir);
+    web_spec.record_args = vec!["--include".into(), "TraceHttp$Handler:java.net.URI".into()];
+    let (web, port) = Jvm::ready(what, &web_spec, &["TraceHttp", "server", "2"]);
+    let cli_spec = Spec::traced(home, "cli", &dir);
+    let (out, _) = Jvm::start(what, &cli_spec, &["TraceHttp", "client", &port, "2", "3"]).finish();
+    let calls = client_calls(&out);
+    let (out, err) = web.stop();
+    assert_eq!(served(&out).len(), 6, "{what}: {err}");
+    assert_eq!(calls.len(), 6, "{what}");
+    assert!(
+        !err.contains("matched no class"),
+        "{what}: an include that matches was said to match nothing:\n{err}"
+    );
+
+    let j = join(
+        &[cli_spec.file(), web_spec.file()],
+        &dir.join("joined.json"),
+    );
+    assert_eq!(j.count("web", "TraceHttp$Handler.handle"), 6, "{what}");
+    assert_eq!(
+        j.count("web", "TraceHttp.render"),
+        0,
+        "{what}: render is not included"
+    );
+    assert_eq!(
+        j.count("cli", "TraceHttp.call"),
+        6,
+        "{what}: the client traces all"
+    );
+    let mut served_calls = 0;
+    for (node, path) in j.nodes() {
+        if node.vm != "web" {
+            continue;
+        }
+        assert!(
+            node.method.starts_with("TraceHttp$Handler.")
+                || node.method.starts_with("java.net.URI."),
+            "{what}: {} is traced but not included",
+            node.short()
+        );
+        if node.method == "TraceHttp$Handler.handle" {
+            served_calls += 1;
+            assert!(
+                node.is("server") && !node.unmatched,
+                "{what}: {}",
+                node.short()
+            );
+            assert!(
+                path.last().is_some_and(|p| p.is("client") && p.vm == "cli"),
+                "{what}: {} is not under its client call",
+                node.short()
+            );
+            assert!(
+                node.children
+                    .iter()
+                    .any(|c| c.method == "java.net.URI.getQuery"),
+                "{what}: {} lacks the included JDK call URI.getQuery",
+                node.short()
+            );
+        }
+    }
+    assert_eq!(served_calls, 6, "{what}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // (c) Peers without the agent
 

@@ -279,7 +279,7 @@ pub fn check_method_descriptor(d: &str) -> Result<(), String> {
 /// entry and exit times, and the remote calls (RMI, HTTP) each side of which is recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceOptions {
-    /// Class patterns to trace besides the application's classes.
+    /// Class patterns to trace, application or JDK; empty: every application class.
     pub include: Vec<String>,
     /// Class patterns never traced (wins over include).
     pub exclude: Vec<String>,

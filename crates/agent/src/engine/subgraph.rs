@@ -141,11 +141,18 @@ impl Tables {
         if !self.trace || !self.wanted(class) {
             return false;
         }
+        // With `include` patterns only the classes they name are traced (application or JDK);
+        // without, every application class.
         let dotted = class.replace('/', ".");
+        let mut included = false;
         for (k, p) in self.options.include.clone().iter().enumerate() {
             if super::exact::glob(p, &dotted) {
                 self.include_hits[k] += 1;
+                included = true;
             }
+        }
+        if !included && !self.options.include.is_empty() {
+            return false;
         }
         for (name, desc, code) in methods {
             if *code {
