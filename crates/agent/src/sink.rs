@@ -169,7 +169,9 @@ impl Sink {
     }
 
     /// Adds `values` to (thread, stack, state) and notes in the timeline that it was taken at
-    /// `time_ns` (the monotonic clock) and stands for `weight` sampling periods.
+    /// `time_ns` (the monotonic clock) inside the traced call tree `trace` (0: none) and stands
+    /// for `weight` sampling periods.
+    #[allow(clippy::too_many_arguments)]
     pub fn add_at(
         &mut self,
         thread: u32,
@@ -178,11 +180,12 @@ impl Sink {
         values: &[u64],
         time_ns: u64,
         weight: u32,
+        trace: u64,
     ) {
         let idx = self.add(thread, stack, state, values);
         if self.builder.timeline_len() < MAX_TIMELINE {
             let offset = time_ns.saturating_sub(self.start_ns);
-            self.builder.add_time(idx, offset, weight);
+            self.builder.add_time_in(idx, offset, weight, trace);
         } else {
             self.timeline_dropped += 1;
         }

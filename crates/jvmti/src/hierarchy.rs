@@ -8,6 +8,7 @@ use crate::env::{Env, Error, JClass, JObject, Jni};
 use jvmti_bindings::sys::jni;
 use std::panic::AssertUnwindSafe;
 use std::sync::OnceLock;
+use std::sync::atomic::AtomicU64;
 
 /// A loaded class: internal name, direct supertypes (superclass first) and a global reference.
 pub struct LoadedClass {
@@ -320,6 +321,8 @@ impl JValue {
 pub struct RootNatives {
     pub reveal: fn(&Jni, i32),
     pub reflected: fn(&Jni, JObject),
+    /// The calling thread's trace-context cell (given its `Thread.getId()`), if it has one.
+    pub context: fn(&Jni, i64) -> Option<&'static AtomicU64>,
 }
 
 static ROOT_NATIVES: OnceLock<RootNatives> = OnceLock::new();
@@ -343,6 +346,36 @@ extern "system" fn reflected_native(env: *mut jni::JNIEnv, _class: jni::jclass, 
     let _ = std::panic::catch_unwind(AssertUnwindSafe(|| (n.reflected)(&jni, JObject(m))));
 }
 
+/// `contextCell(J)Ljava/nio/ByteBuffer;`: the calling thread's trace-context cell as a direct
+/// buffer of 8 bytes (null when it has none), which the runtime writes the thread's current
+/// call tree id into and the samplers read.
+extern "system" fn context_cell_native(
+    env: *mut jni::JNIEnv,
+    _class: jni::jclass,
+    java_id: jni::jlong,
+) -> jni::jobject {
+    let Some(n) = ROOT_NATIVES.get() else {
+        return std::ptr::null_mut();
+    };
+    if env.is_null() {
+        return std::ptr::null_mut();
+    }
+    let jni = Jni::from_raw(env);
+    std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let cell = (n.context)(&jni, java_id)?;
+        // SAFETY: the cell is 'static (it lives in the agent's thread table for the life of
+        // the process), 8 bytes long and 8-byte aligned, so every access through the buffer
+        // (putLong at 0) stays valid however long the buffer lives.
+        unsafe {
+            jni.env()
+                .new_direct_byte_buffer(cell.as_ptr().cast(), std::mem::size_of::<u64>() as _)
+        }
+    }))
+    .ok()
+    .flatten()
+    .unwrap_or(std::ptr::null_mut())
+}
+
 /// The calling thread's CPU time in ns (CLOCK_THREAD_CPUTIME_ID).
 extern "system" fn cpu_now_native(_env: *mut jni::JNIEnv, _class: jni::jclass) -> jni::jlong {
     let mut ts = libc::timespec {
@@ -358,7 +391,7 @@ extern "system" fn cpu_now_native(_env: *mut jni::JNIEnv, _class: jni::jclass) -
 
 impl Jni {
     /// Registers the root runtime's natives on `class` (`reveal(I)V`,
-    /// `reflected(Ljava/lang/Object;)V`, `cpuNow()J`). The callbacks are set once per process.
+    /// `reflected(Ljava/lang/Object;)V`, `cpuNow()J`, `contextCell(J)Ljava/nio/ByteBuffer;`). The callbacks are set once per process.
     pub fn register_root_natives(
         &self,
         class: GlobalRef,
@@ -380,6 +413,11 @@ impl Jni {
                 name: c"cpuNow".as_ptr(),
                 signature: c"()J".as_ptr(),
                 fnPtr: cpu_now_native as *mut std::ffi::c_void,
+            },
+            jni::JNINativeMethod {
+                name: c"contextCell".as_ptr(),
+                signature: c"(J)Ljava/nio/ByteBuffer;".as_ptr(),
+                fnPtr: context_cell_native as *mut std::ffi::c_void,
             },
         ];
         let env = self.env();

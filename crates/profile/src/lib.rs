@@ -29,6 +29,7 @@ pub mod report;
 pub mod speedscope;
 mod stacks;
 pub mod trace;
+pub mod tracecut;
 pub mod tracelog;
 pub mod tracetree;
 

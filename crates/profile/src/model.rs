@@ -390,6 +390,9 @@ pub struct TimedSample {
     pub sample: u32,
     /// Sampling periods this one stands for (1, or more when a CPU timer overran).
     pub weight: u32,
+    /// The traced call tree the thread was in when the sample was taken (trace mode beside
+    /// cpu or wall sampling: the id `jvmprof trace` shows as a tree's `trace_id`), 0 for none.
+    pub trace: u64,
 }
 
 impl Profile {
@@ -621,10 +624,16 @@ impl ProfileBuilder {
     /// periods at `offset_ns` since the start: see [`Profile::timeline`]. Entries may come in
     /// any order; [`finish`](Self::finish) sorts them.
     pub fn add_time(&mut self, sample: usize, offset_ns: u64, weight: u32) {
+        self.add_time_in(sample, offset_ns, weight, 0);
+    }
+
+    /// [`add_time`](Self::add_time) for a sample taken inside the traced call tree `trace`.
+    pub fn add_time_in(&mut self, sample: usize, offset_ns: u64, weight: u32, trace: u64) {
         self.profile.timeline.push(TimedSample {
             offset_ns,
             sample: sample as u32,
             weight,
+            trace,
         });
     }
 

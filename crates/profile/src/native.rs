@@ -9,14 +9,15 @@
 //!
 //! Versions: 1 stored each stack as its list of frames; 2 stores the stacks as a tree of
 //! prefixes ([`crate::Stacks`]), two numbers a stack however deep; 3 adds the timeline
-//! ([`Profile::timeline`]). All three are read.
+//! ([`Profile::timeline`]); 4 gives each timeline entry the traced call tree it was taken in
+//! ([`crate::TimedSample::trace`]). All four are read.
 //!
 //! Trace mode appends its method traces after the compressed profile: the section marker and
 //! checksummed chunks of [`crate::tracelog`], readable up to any damage ([`read_trace`]).
 //! Readers of the profile alone stop at the end of the compressed stream.
 
 use crate::error::{Error, Result};
-use crate::model::{Frame, Meta, Profile, Sample, Stacks, Thread};
+use crate::model::{Frame, Meta, Profile, Sample, Stacks, Thread, TimedSample};
 use flate2::Compression;
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
@@ -27,7 +28,7 @@ use std::io::{self, Read, Write};
 /// The first bytes of every native file.
 pub const MAGIC: &[u8; 8] = b"JVMPROF\0";
 /// The format version this build writes and reads.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 
 const FORMAT: &str = "jvmprof";
 
@@ -156,6 +157,7 @@ pub fn read(mut input: impl Read) -> Result<Profile> {
     let profile = match version {
         1 => decode::<ProfileV1>(&body)?.upgrade()?,
         2 => decode::<ProfileV2>(&body)?.upgrade(),
+        3 => decode::<ProfileV3>(&body)?.upgrade(),
         _ => decode::<Profile>(&body)?,
     };
     profile.validate().map_err(|e| Error::invalid(FORMAT, e))?;
@@ -177,6 +179,46 @@ fn decode<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T> {
         ));
     }
     Ok(value)
+}
+
+/// A version 3 profile: timeline entries without a trace.
+#[derive(Deserialize)]
+struct ProfileV3 {
+    meta: Meta,
+    frames: Vec<Frame>,
+    stacks: Stacks,
+    threads: Vec<Thread>,
+    samples: Vec<Sample>,
+    timeline: Vec<TimedSampleV3>,
+}
+
+#[derive(Deserialize)]
+struct TimedSampleV3 {
+    offset_ns: u64,
+    sample: u32,
+    weight: u32,
+}
+
+impl ProfileV3 {
+    fn upgrade(self) -> Profile {
+        Profile {
+            meta: self.meta,
+            frames: self.frames,
+            stacks: self.stacks,
+            threads: self.threads,
+            samples: self.samples,
+            timeline: self
+                .timeline
+                .into_iter()
+                .map(|t| TimedSample {
+                    offset_ns: t.offset_ns,
+                    sample: t.sample,
+                    weight: t.weight,
+                    trace: 0,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// A version 2 profile: no timeline.
@@ -339,7 +381,7 @@ mod tests {
         let p = sample_profile();
         let bytes = encode(&p);
         assert_eq!(&bytes[..8], b"JVMPROF\0");
-        assert_eq!(&bytes[8..10], &[3, 0]);
+        assert_eq!(&bytes[8..10], &[4, 0]);
         assert_eq!(&bytes[10..12], &[0x1f, 0x8b], "gzip follows the header");
         assert_eq!(read(&bytes[..]).unwrap(), p);
         let timed = timed_profile();
@@ -364,15 +406,28 @@ mod tests {
         assert_eq!(read(&bytes[..]).unwrap(), sample_profile());
     }
 
-    /// The same for version 3 (with a timeline). `JVMPROF_WRITE_GOLDEN=1` writes it anew.
+    /// The same for version 3 (a timeline without traces).
     #[test]
     fn reads_the_version_3_golden_file() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/sample-v3.jvmprof");
+        let bytes = include_bytes!("../testdata/sample-v3.jvmprof");
+        assert_eq!(&bytes[8..10], &[3, 0]);
+        let mut want = timed_profile();
+        for t in &mut want.timeline {
+            t.trace = 0;
+        }
+        assert_eq!(read(&bytes[..]).unwrap(), want);
+    }
+
+    /// The same for version 4 (timeline entries with their trace). `JVMPROF_WRITE_GOLDEN=1`
+    /// writes it anew.
+    #[test]
+    fn reads_the_version_4_golden_file() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/sample-v4.jvmprof");
         if std::env::var_os("JVMPROF_WRITE_GOLDEN").is_some() {
             std::fs::write(path, encode(&timed_profile())).unwrap();
         }
         let bytes = std::fs::read(path).unwrap();
-        assert_eq!(&bytes[8..10], &[3, 0]);
+        assert_eq!(&bytes[8..10], &[4, 0]);
         assert_eq!(read(&bytes[..]).unwrap(), timed_profile());
     }
 
@@ -403,7 +458,7 @@ mod tests {
         let e = read(&bytes[..]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "jvmprof format version 7 not supported (this build reads versions 1 to 3)"
+            "jvmprof format version 7 not supported (this build reads versions 1 to 4)"
         );
     }
 

@@ -82,22 +82,23 @@ pub fn sample_profile() -> Profile {
 pub fn timed_profile() -> Profile {
     let mut p = sample_profile();
     let ms = 1_000_000;
-    for (at, sample, weight) in [
-        (0, 0, 1),
-        (5, 3, 1),
-        (10, 0, 1),
-        (15, 3, 1),
-        (20, 0, 1),
-        (25, 3, 2),
-        (30, 1, 1),
-        (40, 1, 1),
-        (50, 2, 1),
-        (105, 4, 1),
+    for (at, sample, weight, trace) in [
+        (0, 0, 1, 0),
+        (5, 3, 1, 7),
+        (10, 0, 1, 7),
+        (15, 3, 1, 9),
+        (20, 0, 1, 0),
+        (25, 3, 2, 7),
+        (30, 1, 1, 0),
+        (40, 1, 1, 9),
+        (50, 2, 1, 0),
+        (105, 4, 1, 0),
     ] {
         p.timeline.push(TimedSample {
             offset_ns: at * ms,
             sample,
             weight,
+            trace,
         });
     }
     p

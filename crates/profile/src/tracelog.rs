@@ -60,6 +60,12 @@ pub enum Event {
         remote: String,
         ns: i64,
     },
+    /// Right after the entry of a thread's outermost traced activation (a method or a remote
+    /// span with nothing traced below it on the thread): the call tree it belongs to, the id
+    /// that cpu and wall samples taken in it carry. A new tree's id is the thread's id and the
+    /// tree's number on the thread (`thread_id << 30 | n`); work handed to an executor keeps the
+    /// submitting tree's id. `ns` is the entry's time.
+    Context { id: u64, ns: i64 },
 }
 
 impl Event {
@@ -68,7 +74,8 @@ impl Event {
             Event::Enter { ns, .. }
             | Event::Exit { ns }
             | Event::Remote { ns, .. }
-            | Event::Connection { ns, .. } => *ns,
+            | Event::Connection { ns, .. }
+            | Event::Context { ns, .. } => *ns,
         }
     }
 }

@@ -172,6 +172,10 @@ pub struct NodeView<'a> {
     pub thread_id: u64,
     /// For both sides of a matched remote call, the same number.
     pub call: Option<u32>,
+    /// On a node that starts a call tree on its thread (a root, a served remote call, a task
+    /// handed over from another tree): the id the samples taken in that tree carry (trace
+    /// mode beside cpu or wall sampling; `jvmprof convert FILE --trace-id ID` cuts them out).
+    pub trace_id: Option<u64>,
     name: u32,
 }
 
@@ -312,6 +316,8 @@ pub struct Joiner {
     conns: Vec<Conn>,
     conn_ids: HashMap<(u32, String, String), u32>,
     notes: Vec<String>,
+    /// Top-level node → the call tree id its samples carry ([`Event::Context`]).
+    contexts: HashMap<u32, u64>,
 }
 
 /// Joins recordings (see [`Joiner`]).
@@ -472,6 +478,12 @@ impl Joiner {
                     }
                     continue;
                 }
+                Event::Context { id, .. } => {
+                    if let [top] = stack.as_slice() {
+                        self.contexts.insert(top.node, id);
+                    }
+                    continue;
+                }
                 Event::Connection { local, remote, .. } => {
                     conn = self.connection(vm, local, remote);
                     // A server span takes a connection set inside it before any child.
@@ -570,6 +582,7 @@ impl Joiner {
             conns,
             conn_ids: _,
             mut notes,
+            contexts,
         } = self;
         let mut activations = vec![0u64; vms.len()];
         for n in &nodes {
@@ -646,6 +659,7 @@ impl Joiner {
             groups: Vec::new(),
             notes,
             stats: Vec::new(),
+            contexts,
         };
         joined.vm_offset = vec![0; joined.vms.len()];
         joined.collect_roots();
@@ -806,6 +820,8 @@ pub struct Joined {
     groups: Vec<Vec<u32>>,
     notes: Vec<String>,
     stats: Vec<Vec<MethodStat>>,
+    /// Top-level node → its call tree id (see [`NodeView::trace_id`]).
+    contexts: HashMap<u32, u64>,
 }
 
 /// What a node is shown as: a collapsed server span shows its only child.
@@ -1005,6 +1021,11 @@ impl Joined {
             thread_index: n.thread as usize,
             thread_id: t.id,
             call,
+            trace_id: self
+                .contexts
+                .get(&shown.node)
+                .or_else(|| self.contexts.get(&shown.span_node))
+                .copied(),
             name: n.name,
         }
     }
@@ -1285,6 +1306,9 @@ impl Joined {
                     if n.incomplete {
                         out.write_all(b",\"incomplete\":true")?;
                     }
+                    if let Some(id) = n.trace_id {
+                        write!(out, ",\"trace_id\":\"{id}\"")?;
+                    }
                     out.write_all(b",\"children\":[")?;
                     comma = false;
                 }
@@ -1359,6 +1383,9 @@ impl Joined {
                 }
                 if !marks.is_empty() {
                     write!(out, "  ({})", marks.join(", "))?;
+                }
+                if let Some(id) = n.trace_id {
+                    write!(out, "  trace {id}")?;
                 }
                 out.write_all(b"\n")?;
             }

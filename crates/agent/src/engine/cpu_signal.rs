@@ -199,6 +199,7 @@ impl CpuSignal {
                     time_ns: os::monotonic_ns(),
                     weight: periods.min(u32::MAX as u64) as u32,
                     recovered: false,
+                    context: 0,
                 },
             );
         }
@@ -297,6 +298,7 @@ impl Engine for CpuSignal {
                 &values,
                 header.time_ns,
                 weight,
+                header.context,
             );
         });
     }

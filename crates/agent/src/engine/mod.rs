@@ -144,6 +144,7 @@ pub fn choose(
             t,
             file,
             options.server.is_some(),
+            options.sampling.is_some().then_some(ctx.threads),
         )));
     }
     if let Some(x) = options.exact.as_ref().filter(|x| !x.roots.is_empty()) {

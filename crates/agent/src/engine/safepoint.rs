@@ -70,11 +70,15 @@ impl Engine for Safepoint {
 
     fn poll(&self, jni: &Jni, sink: &mut Sink) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        // Trace mode's call trees, read before and after the walk: a sample carries its
+        // thread's tree only when the two agree (the thread did not move on meanwhile).
+        let contexts_before = self.ctx.threads.contexts_by_java_id();
         let Ok(stacks) = self.ctx.env.all_stack_traces(self.depth as i32) else {
             state.failed_walks += 1;
             return;
         };
         let now = jvmprof_jvmti::os::monotonic_ns();
+        let contexts = self.ctx.threads.contexts_by_java_id();
         for ts in &stacks {
             if ts.frames.is_empty() {
                 continue; // JVM-internal or agent thread: no Java code to show
@@ -103,7 +107,18 @@ impl Engine for Safepoint {
                 (Metric::Ns, count * self.interval_ns()),
             ]);
             let weight = count.min(u32::MAX as u64) as u32;
-            sink.add_at(thread, stack, thread_state, &v, now, weight);
+            let trace = if contexts.is_empty() {
+                0
+            } else {
+                jni.java_thread_id(ts.thread)
+                    .map(|id| id as u64)
+                    .and_then(|id| {
+                        let c = contexts.get(&id)?;
+                        (contexts_before.get(&id) == Some(c)).then_some(*c)
+                    })
+                    .unwrap_or(0)
+            };
+            sink.add_at(thread, stack, thread_state, &v, now, weight, trace);
         }
     }
 

@@ -29,6 +29,7 @@ use super::Engine;
 use super::exact::{Origin, wanted_class};
 use super::trace::{self, Drain};
 use crate::options::{Bba, ExactOptions, Timer, TraceOptions};
+use crate::sampler::threads::ThreadTable;
 use crate::sink::Sink;
 use crate::state::say;
 use jvmprof_classfile::bba::Mode;
@@ -629,6 +630,9 @@ pub struct SubgraphEngine {
     trace_file: Option<std::path::PathBuf>,
     /// Trace mode with a collector: chunks also go to it.
     streaming: bool,
+    /// Trace mode beside cpu or wall sampling: threads publish their call tree in this table
+    /// for the samples to carry.
+    link_samples: Option<&'static ThreadTable>,
 }
 
 impl SubgraphEngine {
@@ -646,6 +650,7 @@ impl SubgraphEngine {
             drain: Mutex::new(None),
             trace_file: None,
             streaming: false,
+            link_samples: None,
         }
     }
 
@@ -656,6 +661,7 @@ impl SubgraphEngine {
         t: &TraceOptions,
         file: std::path::PathBuf,
         streaming: bool,
+        link_samples: Option<&'static ThreadTable>,
     ) -> SubgraphEngine {
         let options = ExactOptions {
             include: t.include.clone(),
@@ -671,6 +677,7 @@ impl SubgraphEngine {
             trace: Some(t.clone()),
             trace_file: Some(file),
             streaming,
+            link_samples,
             ..SubgraphEngine::new(env, &options)
         }
     }
@@ -733,8 +740,15 @@ impl SubgraphEngine {
         let calibration = jni
             .define_boot_class(CALIBRATION, &probed.bytes)
             .map_err(|e| e.to_string())?;
-        jni.register_root_natives(roots, RootNatives { reveal, reflected })
-            .map_err(|e| e.to_string())?;
+        jni.register_root_natives(
+            roots,
+            RootNatives {
+                reveal,
+                reflected,
+                context: super::trace::context_cell,
+            },
+        )
+        .map_err(|e| e.to_string())?;
         Ok(*RUNTIME.get_or_init(|| (roots, calibration)))
     }
 
@@ -902,6 +916,12 @@ impl Engine for SubgraphEngine {
             return Err(format!("root profiling needs the class file hook: {e}"));
         }
         retransform(&self.env, &first);
+        jni.call_static_void(
+            roots,
+            "setLinkSamples",
+            "(Z)V",
+            &[JValue::Bool(self.link_samples.is_some())],
+        );
         jni.call_static_void(roots, "setOn", "(Z)V", &[JValue::Bool(true)]);
         Ok(())
     }
@@ -941,6 +961,11 @@ impl Engine for SubgraphEngine {
             return;
         };
         jni.call_static_void(roots, "setOn", "(Z)V", &[JValue::Bool(false)]);
+        if let Some(threads) = self.link_samples {
+            jni.call_static_void(roots, "setLinkSamples", "(Z)V", &[JValue::Bool(false)]);
+            // No later sample may carry a tree of this session.
+            threads.clear_contexts();
+        }
         if let Some(n) = jni.call_static_long(roots, "calls", "()J") {
             self.calls.store(n.max(0) as u64, Ordering::Relaxed);
         }

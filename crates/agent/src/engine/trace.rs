@@ -8,7 +8,11 @@
 //!   remote method), RMI servers (`UnicastServerRef.dispatch`), the TCP connection each RMI call
 //!   uses (`TCPConnection`'s streams), HTTP clients (`HttpURLConnection`, `HttpClient.send`: a
 //!   request header carrying the call's id) and `com.sun.net.httpserver` (`Filter.Chain`,
-//!   which reads that header);
+//!   which reads that header); and the executors' hand-offs (`FutureTask`,
+//!   `CompletableFuture`'s async tasks, `ThreadPoolExecutor`), so that a task runs in the call
+//!   tree it was made in;
+//! - [`context_cell`]: where each thread publishes the call tree it is in, for cpu and wall
+//!   samples to carry (`jvmprof convert --trace-id`);
 //! - [`Drain`]: the writer thread's poll takes what the rings gained and appends it as one
 //!   checksummed chunk (crates/profile `tracelog`) to a file beside the output; at the end that
 //!   file follows the profile in the native file. Memory stays bounded: the rings have a fixed
@@ -22,11 +26,14 @@ use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;
 
-/// Event tags in the Java rings (`Roots.ENTER` ...).
+/// Event tags in the Java rings (`Roots.ENTER` ...), the low [`TAG_BITS`] of an event's head.
 const ENTER: i64 = 0;
 const EXIT: i64 = 1;
 const REMOTE: i64 = 2;
 const CONNECTION: i64 = 3;
+/// A call tree begins: the event's second long is its id, not a time.
+const CONTEXT: i64 = 4;
+const TAG_BITS: u32 = 3;
 
 /// Local variable slots of the hooked methods' arguments (`this` is 0).
 const THIS: &[u16] = &[0];
@@ -88,6 +95,98 @@ pub fn hooks_for(class: &str) -> Option<&'static [(&'static str, &'static str, H
                 class: "java/net/http/HttpRequest",
             },
         )],
+        // Executor hand-offs: a task made or submitted in a call tree runs in that tree on the
+        // worker (its samples carry the tree's id). A task object is noted when it is created
+        // (FutureTask, CompletableFuture's async tasks) or submitted (ThreadPoolExecutor's
+        // execute, for plain Runnables), and taken when it starts running.
+        "java/util/concurrent/FutureTask" => &[
+            (
+                "<init>",
+                "(Ljava/util/concurrent/Callable;)V",
+                Hook::BeforeReturn {
+                    call: "handedOff",
+                    args: THIS,
+                },
+            ),
+            (
+                "<init>",
+                "(Ljava/lang/Runnable;Ljava/lang/Object;)V",
+                Hook::BeforeReturn {
+                    call: "handedOff",
+                    args: THIS,
+                },
+            ),
+            (
+                "run",
+                "()V",
+                Hook::Span {
+                    call: "taskRun",
+                    args: THIS,
+                },
+            ),
+        ],
+        "java/util/concurrent/CompletableFuture$AsyncSupply" => &[
+            (
+                "<init>",
+                "(Ljava/util/concurrent/CompletableFuture;Ljava/util/function/Supplier;)V",
+                Hook::BeforeReturn {
+                    call: "handedOff",
+                    args: THIS,
+                },
+            ),
+            (
+                "run",
+                "()V",
+                Hook::Span {
+                    call: "taskRun",
+                    args: THIS,
+                },
+            ),
+        ],
+        "java/util/concurrent/CompletableFuture$AsyncRun" => &[
+            (
+                "<init>",
+                "(Ljava/util/concurrent/CompletableFuture;Ljava/lang/Runnable;)V",
+                Hook::BeforeReturn {
+                    call: "handedOff",
+                    args: THIS,
+                },
+            ),
+            (
+                "run",
+                "()V",
+                Hook::Span {
+                    call: "taskRun",
+                    args: THIS,
+                },
+            ),
+        ],
+        "java/util/concurrent/ThreadPoolExecutor" => &[
+            (
+                "execute",
+                "(Ljava/lang/Runnable;)V",
+                Hook::Span {
+                    call: "handOff",
+                    args: ARG1,
+                },
+            ),
+            (
+                "beforeExecute",
+                "(Ljava/lang/Thread;Ljava/lang/Runnable;)V",
+                Hook::BeforeReturn {
+                    call: "taskBegin",
+                    args: ARG2,
+                },
+            ),
+            (
+                "afterExecute",
+                "(Ljava/lang/Runnable;Ljava/lang/Throwable;)V",
+                Hook::BeforeReturn {
+                    call: "taskEnd",
+                    args: ARG1,
+                },
+            ),
+        ],
         "com/sun/net/httpserver/Filter$Chain" => &[(
             "doFilter",
             "(Lcom/sun/net/httpserver/HttpExchange;)V",
@@ -108,7 +207,20 @@ pub const HOOKED: &[&str] = &[
     "sun/net/www/protocol/http/HttpURLConnection",
     "jdk/internal/net/http/HttpClientImpl",
     "com/sun/net/httpserver/Filter$Chain",
+    "java/util/concurrent/FutureTask",
+    "java/util/concurrent/CompletableFuture$AsyncSupply",
+    "java/util/concurrent/CompletableFuture$AsyncRun",
+    "java/util/concurrent/ThreadPoolExecutor",
 ];
+
+/// The runtime's `contextCell` native: the calling thread's cell in the thread table, where it
+/// writes the id of the call tree it is in for the samplers (cpu: the signal handler reads it
+/// by tid; wall: by `Thread.getId()`).
+pub fn context_cell(jni: &Jni, java_id: i64) -> Option<&'static std::sync::atomic::AtomicU64> {
+    let s = crate::state::get()?;
+    s.threads
+        .context_cell(jvmprof_jvmti::os::gettid(), jni.as_ptr(), java_id as u64)
+}
 
 /// This JVM's default name in joined trees: `host:pid`.
 pub fn default_vm_name() -> String {
@@ -242,10 +354,20 @@ impl Drain {
                     chunk.threads.push((thread, name));
                 }
                 let mut events = Vec::with_capacity(pairs.len() / 2);
+                let mut last_ns = 0;
                 for p in pairs.chunks_exact(2) {
                     let (head, ns) = (p[0], p[1]);
-                    let payload = (head >> 2) as u64;
-                    match head & 3 {
+                    let payload = (head >> TAG_BITS) as u64;
+                    let tag = head & ((1 << TAG_BITS) - 1);
+                    if tag == CONTEXT {
+                        events.push(Event::Context {
+                            id: ns as u64,
+                            ns: last_ns,
+                        });
+                        continue;
+                    }
+                    last_ns = ns;
+                    match tag {
                         ENTER => {
                             let method = payload as u32;
                             if self.methods_named.insert(method) {

@@ -27,6 +27,8 @@ pub struct Header {
     pub weight: u32,
     /// The first walk failed and a retry ([`jvmprof_jvmti::vmstructs`]) got the stack.
     pub recovered: bool,
+    /// The traced call tree the thread was in (trace mode), 0 for none.
+    pub context: u64,
 }
 
 /// `num_frames` when the interrupted thread has no JNIEnv (a JVM-internal thread).
@@ -198,6 +200,7 @@ mod tests {
                 time_ns: 0,
                 weight: 1,
                 recovered: false,
+                context: 0,
             },
         );
         true

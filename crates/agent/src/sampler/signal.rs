@@ -170,6 +170,7 @@ fn record(sampler: &SignalSampler, ucontext: *mut c_void, weight: u32) {
             time_ns: os::monotonic_ns(),
             weight,
             recovered,
+            context: sampler.threads.context(tid),
         },
     );
 }

@@ -1,5 +1,6 @@
-//! A fixed-size, lock-free map from Linux tid to the thread's JNIEnv and stack bounds, filled at
-//! ThreadStart and
+//! A fixed-size, lock-free map from Linux tid to the thread's JNIEnv, stack bounds and trace
+//! context (the traced call tree it is in, which trace mode's Java runtime writes straight into
+//! the slot's cell), filled at ThreadStart and
 //! read by the signal handler (which may neither lock nor allocate, and must not rely on lazily
 //! allocated thread-local storage of a dlopen'ed library).
 //!
@@ -8,7 +9,7 @@
 //! own thread (ThreadStart / ThreadEnd run on the thread itself), so entries never race.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 const EMPTY: u32 = 0;
 const TOMBSTONE: u32 = u32::MAX;
@@ -18,6 +19,10 @@ pub struct ThreadTable {
     envs: Box<[AtomicPtr<c_void>]>,
     /// The thread's stack (lowest address, highest address), or (0, 0) when unknown.
     stacks: Box<[(AtomicUsize, AtomicUsize)]>,
+    /// The traced call tree the thread is in (0: none), written by the thread itself.
+    contexts: Box<[AtomicU64]>,
+    /// `Thread.getId()` of the thread whose context the slot holds (0: none published).
+    java_ids: Box<[AtomicU64]>,
     mask: usize,
 }
 
@@ -32,6 +37,8 @@ impl ThreadTable {
             stacks: (0..capacity)
                 .map(|_| (AtomicUsize::new(0), AtomicUsize::new(0)))
                 .collect(),
+            contexts: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
+            java_ids: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
             mask: capacity - 1,
         }
     }
@@ -61,6 +68,11 @@ impl ThreadTable {
                         .compare_exchange(cur, tid, Ordering::AcqRel, Ordering::Acquire)
                         .is_ok());
             if claimed {
+                if cur != tid {
+                    // A new thread in this slot: nothing of the slot's last thread carries over.
+                    self.contexts[idx].store(0, Ordering::Release);
+                    self.java_ids[idx].store(0, Ordering::Release);
+                }
                 self.stacks[idx].0.store(stack.0, Ordering::Release);
                 self.stacks[idx].1.store(stack.1, Ordering::Release);
                 self.envs[idx].store(env, Ordering::Release);
@@ -83,6 +95,54 @@ impl ThreadTable {
         let lo = self.stacks[idx].0.load(Ordering::Acquire);
         let hi = self.stacks[idx].1.load(Ordering::Acquire);
         (lo < hi).then_some((lo, hi))
+    }
+
+    /// The trace context of `tid` (0: none). Async-signal-safe.
+    pub fn context(&self, tid: u32) -> u64 {
+        self.find(tid)
+            .map_or(0, |idx| self.contexts[idx].load(Ordering::Relaxed))
+    }
+
+    /// The cell the thread `tid` (the caller, with its JNIEnv `env`) writes its trace context
+    /// into, its slot claimed if it has none yet (a thread that started before the agent);
+    /// `java_id` is its `Thread.getId()`, for samplers that know threads by that. None when the
+    /// table is full.
+    pub fn context_cell(&self, tid: u32, env: *mut c_void, java_id: u64) -> Option<&AtomicU64> {
+        let idx = match self.find(tid) {
+            Some(idx) => idx,
+            None => {
+                if !self.insert(tid, env) {
+                    return None;
+                }
+                self.find(tid)?
+            }
+        };
+        self.java_ids[idx].store(java_id, Ordering::Release);
+        Some(&self.contexts[idx])
+    }
+
+    /// Forgets every thread's context (a trace session ended).
+    pub fn clear_contexts(&self) {
+        for c in self.contexts.iter() {
+            c.store(0, Ordering::Release);
+        }
+    }
+
+    /// Every published context by `Thread.getId()` (for the safepoint sampler).
+    pub fn contexts_by_java_id(&self) -> std::collections::HashMap<u64, u64> {
+        let mut m = std::collections::HashMap::new();
+        for idx in 0..=self.mask {
+            let t = self.tids[idx].load(Ordering::Acquire);
+            if t == EMPTY || t == TOMBSTONE {
+                continue;
+            }
+            let id = self.java_ids[idx].load(Ordering::Acquire);
+            let c = self.contexts[idx].load(Ordering::Relaxed);
+            if id != 0 && c != 0 {
+                m.insert(id, c);
+            }
+        }
+        m
     }
 
     fn find(&self, tid: u32) -> Option<usize> {
@@ -144,5 +204,29 @@ mod tests {
         assert!(t.insert(200, p(3)), "tombstones are reused");
         assert_eq!(t.lookup(200), p(3));
         assert_eq!(t.lookup(106), p(106));
+    }
+
+    #[test]
+    fn contexts_follow_their_thread() {
+        let t = ThreadTable::new(8);
+        assert!(t.insert(10, p(1)));
+        let cell = t.context_cell(10, p(1), 77).unwrap();
+        cell.store(5, Ordering::Relaxed);
+        assert_eq!(t.context(10), 5);
+        // A thread the table did not know yet (started before the agent) claims a slot.
+        t.context_cell(11, p(2), 78)
+            .unwrap()
+            .store(6, Ordering::Relaxed);
+        assert_eq!(t.context(11), 6);
+        assert_eq!(t.lookup(11), p(2));
+        let by_id = t.contexts_by_java_id();
+        assert_eq!((by_id.get(&77), by_id.get(&78)), (Some(&5), Some(&6)));
+        // A new thread taking a removed thread's slot starts without its context.
+        t.remove(10);
+        assert_eq!(t.context(10), 0);
+        for tid in [10, 18, 26, 34, 42, 50, 58] {
+            t.insert(tid, p(3));
+        }
+        assert!((0..8).all(|i| t.contexts[i].load(Ordering::Relaxed) != 5));
     }
 }

@@ -68,6 +68,14 @@ public final class Roots {
             this.index = t.register(this);
         }
 
+        /** A marker outside the tree (a task's span token): no context, never exported. */
+        Node(T t, int method) {
+            this.method = method;
+            this.parent = -1;
+            this.t = t;
+            this.index = -1;
+        }
+
         Node child(int id) {
             if (lastKey == id) return lastKid;
             if (method == SPILL) return this;
@@ -161,12 +169,28 @@ public final class Roots {
         String lastConnection;
         Node pending;
         Object remoteObject;
+        // Trace mode: the call tree the thread is in, published for the samplers.
+        final long javaId;
+        /** The tree this thread's samples and new trees belong to (0: none). */
+        long context;
+        /** The tree of the task the thread runs for another thread's tree (0: none). */
+        long inherited;
+        /** Trees begun on this thread (the low bits of their ids). */
+        int trees;
+        java.nio.ByteBuffer cell;
+        boolean cellAsked;
+        /** Tasks running on this thread for another tree: what to restore when each ends. */
+        long[] savedInherited = new long[4], savedContext = new long[4];
+        Object[] taskOf = new Object[4];
+        int tasks;
+        Node taskToken;
 
         T(Thread thread, int session) {
             this.thread = thread;
             this.name = thread.getName();
             this.session = session;
             this.top = new Node(-1, null, this);
+            this.javaId = thread.getId();
         }
 
         int register(Node n) {
@@ -327,19 +351,33 @@ public final class Roots {
         t.below[d] = 0;
         t.depth = d;
         t.start[d] = now();
-        if (trace) t.logged[d] = log(t, ((long) id << 2), t.start[d], true);
+        if (trace) {
+            if (d == 1) {
+                long tree = openTree(t);
+                t.logged[d] = log(t, (long) id << TAG_BITS, t.start[d], 3, true);
+                if (t.logged[d]) log(t, CONTEXT, tree, 1, false);
+            } else {
+                t.logged[d] = log(t, (long) id << TAG_BITS, t.start[d], 2, true);
+            }
+        }
         return n;
     }
 
     // ---- trace mode: the event ring ----
 
-    /** Event tags (low two bits of an event's first long). */
-    static final int ENTER = 0, EXIT = 1, REMOTE = 2, CONNECTION = 3;
+    /**
+     * Event tags (low three bits of an event's first long; the rest is a method id or a note's
+     * index). A CONTEXT event follows the entry of a thread's outermost activation; its second
+     * long is the id of the call tree it begins instead of a time.
+     */
+    static final int ENTER = 0, EXIT = 1, REMOTE = 2, CONNECTION = 3, CONTEXT = 4, TAG_BITS = 3;
 
     /**
      * Logs one event; an activation's entry only if there is room for it and for the exits of
      * every activation logged and still open (so an exit always finds room).
      */
+    static final long TAG_MASK = (1 << TAG_BITS) - 1;
+
     /** Events a thread's ring starts with; it doubles up to ringEvents when it fills. */
     static final int FIRST_RING = 1024;
 
@@ -367,22 +405,28 @@ public final class Roots {
         t.ring = ring;
     }
 
-    private static boolean log(T t, long head, long time, boolean opens) {
+    /**
+     * Logs one event if the ring has room for it: an exit needs one slot (kept for it when its
+     * entry was logged); any other event needs {@code need} slots beyond those kept for the
+     * exits of the logged, open activations (an entry 2: itself and its exit; a tree's first
+     * entry 3: and its CONTEXT; others 1).
+     */
+    private static boolean log(T t, long head, long time, int need, boolean opens) {
         rings(t);
         long[] ring = t.ring;
         int cap = ring.length / 2;
         long free = cap - (t.written - t.taken);
-        if (free < t.loggedOpen + 2 && cap < ringEvents) {
+        long want = (head & TAG_MASK) == EXIT ? 1 : t.loggedOpen + need;
+        if (free < want && cap < ringEvents) {
             growRing(t);
             ring = t.ring;
             cap = ring.length / 2;
             free = cap - (t.written - t.taken);
         }
-        if (opens && free < t.loggedOpen + 2) {
-            t.dropped++;
+        if (free < want) {
+            if (opens) t.dropped++;
             return false;
         }
-        if (!opens && free < 1) return false;
         int at = (int) (t.written & (cap - 1)) * 2;
         ring[at] = head;
         ring[at + 1] = time;
@@ -457,6 +501,10 @@ public final class Roots {
 
     @jdk.internal.vm.annotation.DontInline
     private static void leave(Node n, long bytecodes) {
+        if (n.method == TASK) {
+            endTask(n.t);
+            return;
+        }
         long end = now();
         T t = n.t;
         int d = t.depth;
@@ -504,10 +552,14 @@ public final class Roots {
         long self = incl - t.child[d];
         t.stack[d] = null;
         t.depth = d - 1;
-        if (trace && t.logged[d]) {
-            t.logged[d] = false;
-            t.loggedOpen--;
-            log(t, EXIT, end, false);
+        if (trace) {
+            if (t.logged[d]) {
+                t.logged[d] = false;
+                t.loggedOpen--;
+                log(t, EXIT, end, 1, false);
+            }
+            // The tree ends: the thread is back in the tree of the task it runs, if any.
+            if (d == 1) publish(t, t.inherited);
         }
         if (d > 1) {
             t.child[d - 1] += incl;
@@ -558,6 +610,140 @@ public final class Roots {
 
     // ---- trace mode: remote calls (probes the agent puts into the JDK's RMI and HTTP code) ----
 
+    // ---- trace mode: call trees, shared with the samplers and across hand-offs ----
+
+    /** Method id of a task's span token (see taskRun). */
+    static final int TASK = -5;
+    /** Set by the agent: cpu or wall samples are taken, so threads publish their trees. */
+    static volatile boolean linkSamples;
+    private static native java.nio.ByteBuffer contextCell(long javaThreadId);
+    static final int TREE_MASK = (1 << 30) - 1;
+
+    public static void setLinkSamples(boolean value) {
+        linkSamples = value;
+    }
+
+    /**
+     * The tree a thread's outermost activation begins: the tree of the task the thread runs for
+     * another thread, or a new one, numbered on the thread ({@code thread id << 30 | n}).
+     */
+    private static long openTree(T t) {
+        long id = t.inherited;
+        if (id == 0) {
+            t.trees = t.trees >= TREE_MASK ? 1 : t.trees + 1;
+            id = (t.javaId << 30) | t.trees;
+        }
+        publish(t, id);
+        return id;
+    }
+
+    /** The thread is in tree {@code id} (0: none) from now on: for hand-offs and samplers. */
+    private static void publish(T t, long id) {
+        t.context = id;
+        if (!linkSamples) return;
+        java.nio.ByteBuffer c = t.cell;
+        if (c == null) {
+            if (t.cellAsked) return;
+            t.cellAsked = true;
+            c = contextCell(t.javaId);
+            if (c == null) return;
+            t.cell = c = c.order(java.nio.ByteOrder.nativeOrder());
+        }
+        c.putLong(0, id);
+    }
+
+    /** Tasks handed over and not started yet: task → the tree it was created in. */
+    private static final java.util.IdentityHashMap<Object, Long> TASKS =
+            new java.util.IdentityHashMap<Object, Long>();
+    /** TASKS' size, read without the lock: workers skip the lock while nothing is pending. */
+    private static volatile int pendingTasks;
+    static final int MAX_TASKS = 1 << 16;
+    /** Hand-offs forgotten because too many tasks waited at once. */
+    static long lostHandOffs;
+
+    /** A task object created on this thread (a constructor's end): it runs in this tree. */
+    public static void handedOff(Object task) {
+        handOff(task);
+    }
+
+    /** A task submitted on this thread (an executor's execute): it runs in this tree. */
+    public static Node handOff(Object task) {
+        if (!on || !trace || task == null) return null;
+        T t = current();
+        long id = t.context;
+        if (id == 0) return null;
+        synchronized (TASKS) {
+            if (TASKS.size() >= MAX_TASKS) {
+                lostHandOffs += TASKS.size();
+                TASKS.clear();
+            }
+            TASKS.put(task, Long.valueOf(id));
+            pendingTasks = TASKS.size();
+        }
+        return null;
+    }
+
+    /** The tree a task was handed over in (removing it), or 0. */
+    private static long takeTask(Object task) {
+        if (pendingTasks == 0) return 0;
+        synchronized (TASKS) {
+            Long v = TASKS.remove(task);
+            pendingTasks = TASKS.size();
+            return v == null ? 0 : v.longValue();
+        }
+    }
+
+    /** The thread starts running a task for tree {@code id}. */
+    private static void beginTask(T t, Object task, long id) {
+        int k = t.tasks;
+        if (k == t.taskOf.length) {
+            t.taskOf = java.util.Arrays.copyOf(t.taskOf, k * 2);
+            t.savedInherited = java.util.Arrays.copyOf(t.savedInherited, k * 2);
+            t.savedContext = java.util.Arrays.copyOf(t.savedContext, k * 2);
+        }
+        t.taskOf[k] = task;
+        t.savedInherited[k] = t.inherited;
+        t.savedContext[k] = t.context;
+        t.tasks = k + 1;
+        t.inherited = id;
+        publish(t, id);
+    }
+
+    /** The innermost task ends: the thread is back where it was before it. */
+    private static void endTask(T t) {
+        int k = t.tasks - 1;
+        if (k < 0) return;
+        t.tasks = k;
+        t.taskOf[k] = null;
+        t.inherited = t.savedInherited[k];
+        publish(t, t.savedContext[k]);
+    }
+
+    /** A task's run method starts (FutureTask, CompletableFuture's async tasks): its span. */
+    public static Node taskRun(Object task) {
+        if (!on || !trace || task == null) return null;
+        long id = takeTask(task);
+        if (id == 0) return null;
+        T t = current();
+        beginTask(t, task, id);
+        if (t.taskToken == null) t.taskToken = new Node(t, TASK);
+        return t.taskToken;
+    }
+
+    /** ThreadPoolExecutor.beforeExecute(thread, task): the worker starts a task. */
+    public static void taskBegin(Object task) {
+        if (!on || !trace || task == null) return;
+        long id = takeTask(task);
+        if (id != 0) beginTask(current(), task, id);
+    }
+
+    /** ThreadPoolExecutor.afterExecute(task, thrown): the worker is done with it. */
+    public static void taskEnd(Object task) {
+        if (!on || !trace || task == null) return;
+        T t = current();
+        if (t.tasks > 0 && t.taskOf[t.tasks - 1] == task) endTask(t);
+    }
+
     static final int REMOTE_METHOD = -4;
     static final String CLIENT = "client", SERVER = "server", RMI = "rmi", HTTP = "http";
     /** The request header that carries an HTTP call's id from client to server. */
@@ -575,7 +761,13 @@ public final class Roots {
         t.below[d] = 0;
         t.depth = d;
         t.start[d] = now();
-        t.logged[d] = at >= 0 && log(t, (at << 2) | REMOTE, t.start[d], true);
+        if (d == 1) {
+            long tree = openTree(t);
+            t.logged[d] = at >= 0 && log(t, (at << TAG_BITS) | REMOTE, t.start[d], 3, true);
+            if (t.logged[d]) log(t, CONTEXT, tree, 1, false);
+        } else {
+            t.logged[d] = at >= 0 && log(t, (at << TAG_BITS) | REMOTE, t.start[d], 2, true);
+        }
         t.remoteObject = o;
         return n;
     }
@@ -610,7 +802,7 @@ public final class Roots {
         if (c.equals(t.lastConnection)) return;
         t.lastConnection = c;
         long at = note(t, c);
-        if (at >= 0) log(t, (at << 2) | CONNECTION, now(), false);
+        if (at >= 0) log(t, (at << TAG_BITS) | CONNECTION, now(), 1, false);
     }
 
     private static String newCallId(T t) {
