@@ -1547,33 +1547,44 @@ fn push_sends_every_vm_to_a_pyroscope_endpoint() {
 /// Trace mode at the collector: an HTTP server and its client, both traced and streaming, are
 /// joined by `GET /api/trace` while the server still runs: every client call (three through
 /// HttpURLConnection, two through HttpClient) has the server's handler, on the other VM, as
-/// its one child, and the handler's own callee under it.
+/// its one child, and the handler's own callee under it. The server runs with its clock an
+/// hour ahead (faketime) and starts before the collector: its link must retry and get through
+/// (a timed wait on the faked clock would wait an hour).
 #[test]
 fn traces_stream_and_join_at_the_collector() {
     let _g = serial();
     let dir = scratch("traces");
     let (classes, port) = trace_live(&dir);
-    let c = collector(&dir.join("data"), "127.0.0.1:0", Some(TOKEN));
-    let traced = |name: &str, args: &[&str]| {
+    let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listen.local_addr().unwrap().to_string();
+    drop(listen);
+    let traced = |name: &str, skewed: bool, args: &[&str]| {
         let options = format!(
-            "mode=trace,vm_name={name},server={},token={TOKEN},file={}",
-            c.addr,
+            "mode=trace,vm_name={name},server={addr},token={TOKEN},file={}",
             dir.join(format!("{name}.jvmprof")).display()
         );
-        Proc::spawn(
+        let mut cmd = if skewed {
+            let mut f = Command::new("faketime");
+            f.args(["-f", "+1h", "java"]);
+            f
+        } else {
             Command::new("java")
-                .arg(format!("-agentpath:{}={options}", agent().display()))
-                .arg("-cp")
-                .arg(&classes)
-                .arg("TraceLive")
-                .args(args),
-        )
+        };
+        cmd.arg(format!("-agentpath:{}={options}", agent().display()))
+            .arg("-cp")
+            .arg(&classes)
+            .arg("TraceLive")
+            .args(args);
+        Proc::spawn(&mut cmd)
     };
-    let _server = traced("srv", &["server", &port, "30000"]);
+    let _server = traced("srv", true, &["server", &port, "30000"]);
     wait_for("the traced HTTP server", || {
         TcpStream::connect(format!("127.0.0.1:{port}")).ok()
     });
-    let mut client = traced("cli", &["client", &port]);
+    // The server's link has failed to connect by now, and waits to retry.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let c = collector(&dir.join("data"), &addr, Some(TOKEN));
+    let mut client = traced("cli", false, &["client", &port]);
     client.wait_success();
     // Live: the server has not ended; its chunks arrive within about a second.
     let tree = wait_for("both sides of five calls at the collector", || {
