@@ -22,6 +22,12 @@ pub enum Error {
     /// The dump is well formed but holds no heap (no HEAP DUMP records).
     #[error("the file holds no heap dump records")]
     NoHeap,
+    /// A temporary file (where arrays wait while a step does not need them) failed.
+    #[error("cannot use a temporary file in {dir} (set TMPDIR to another directory): {source}")]
+    Spill {
+        dir: std::path::PathBuf,
+        source: io::Error,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -5,7 +5,8 @@
 //! One module per step: [`reader`] (the streaming record reader and random access to single
 //! objects), [`graph`] (two passes into dense arrays), [`dominators`] (semi-NCA), [`analysis`]
 //! (histogram, top retainers with roots and paths, leak suspects) and [`render`] (text, JSON,
-//! HTML). Nothing here touches a JVM.
+//! HTML); [`ids`] maps object ids to dense indices and [`spill`] keeps the arrays a step does
+//! not need in temporary files, which bounds peak memory. Nothing here touches a JVM.
 
 #![forbid(unsafe_code)]
 
@@ -16,6 +17,7 @@ pub mod graph;
 pub mod ids;
 pub mod reader;
 pub mod render;
+pub mod spill;
 
 pub use analysis::{HeapReport, Options};
 pub use error::{Error, Result};
