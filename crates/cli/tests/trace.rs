@@ -858,11 +858,11 @@ fn check_rmi_tree(what: &str, j: &Joined, r: &RmiRun) {
         let level: u32 = s.vm[1..].parse().unwrap();
         let printed = &r.served[level as usize - 1][&arg];
         assert_eq!(printed.sleep_ms, rmi_sleep_ms(level, arg), "{what}");
-        // RMI names its threads after the connection they serve and renames them when the
-        // connection ends; a trace names each thread once (as it was when first drained).
-        assert!(
-            s.thread.starts_with("RMI TCP Connection")
-                && printed.thread.starts_with("RMI TCP Connection"),
+        // RMI names its threads after the connection they serve and renames them when it
+        // takes another: each served call is on the thread by the name it had then.
+        assert_eq!(
+            s.thread,
+            printed.thread,
             "{what}: {} served arg {arg} on {} by its own account",
             s.short(),
             printed.thread

@@ -66,6 +66,9 @@ pub enum Event {
     /// tree's number on the thread (`thread_id << 30 | n`); work handed to an executor keeps the
     /// submitting tree's id. `ns` is the entry's time.
     Context { id: u64, ns: i64 },
+    /// The thread's name from here on: before its first call tree, and before the first tree
+    /// after it was renamed (RMI names a thread after the connection it serves).
+    Thread { name: String, ns: i64 },
 }
 
 impl Event {
@@ -75,7 +78,8 @@ impl Event {
             | Event::Exit { ns }
             | Event::Remote { ns, .. }
             | Event::Connection { ns, .. }
-            | Event::Context { ns, .. } => *ns,
+            | Event::Context { ns, .. }
+            | Event::Thread { ns, .. } => *ns,
         }
     }
 }

@@ -408,7 +408,7 @@ impl Joiner {
         extra: &mut HashMap<String, u32>,
         info: &mut VmInfo,
     ) {
-        let ti = self.threads.len() as u32;
+        let mut ti = self.threads.len() as u32;
         self.threads.push(ThreadInfo {
             vm,
             id: t.id,
@@ -474,6 +474,25 @@ impl Joiner {
                                     s.conn = conn;
                                 }
                             }
+                        }
+                    }
+                    continue;
+                }
+                Event::Thread { name, .. } => {
+                    let current = &self.threads[ti as usize];
+                    if stack.is_empty() && !name.is_empty() && name != current.name {
+                        if current.first_top == NONE {
+                            self.threads[ti as usize].name = name;
+                        } else {
+                            // Renamed: the trees from here on are on the thread by its new name.
+                            ti = self.threads.len() as u32;
+                            self.threads.push(ThreadInfo {
+                                vm,
+                                id: t.id,
+                                name,
+                                first_top: NONE,
+                            });
+                            last_top = NONE;
                         }
                     }
                     continue;

@@ -33,6 +33,8 @@ const REMOTE: i64 = 2;
 const CONNECTION: i64 = 3;
 /// A call tree begins: the event's second long is its id, not a time.
 const CONTEXT: i64 = 4;
+/// The thread's name from here on (a note).
+const NAME: i64 = 5;
 const TAG_BITS: u32 = 3;
 
 /// Local variable slots of the hooked methods' arguments (`this` is 0).
@@ -397,6 +399,10 @@ impl Drain {
                                 label: f.next().unwrap_or("").to_string(),
                                 ns,
                             });
+                        }
+                        NAME => {
+                            let name = pending.remove(&payload).unwrap_or_default();
+                            events.push(Event::Thread { name, ns });
                         }
                         CONNECTION => {
                             let text = pending.remove(&payload).unwrap_or_default();

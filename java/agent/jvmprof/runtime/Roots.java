@@ -177,6 +177,8 @@ public final class Roots {
         long inherited;
         /** Trees begun on this thread (the low bits of their ids). */
         int trees;
+        /** The name the last NAME event logged. */
+        String traceName;
         java.nio.ByteBuffer cell;
         boolean cellAsked;
         /** Tasks running on this thread for another tree: what to restore when each ends. */
@@ -368,9 +370,12 @@ public final class Roots {
     /**
      * Event tags (low three bits of an event's first long; the rest is a method id or a note's
      * index). A CONTEXT event follows the entry of a thread's outermost activation; its second
-     * long is the id of the call tree it begins instead of a time.
+     * long is the id of the call tree it begins instead of a time. A NAME event (a note: the
+     * thread's name) comes before a thread's first tree and before any tree begun after the
+     * thread was renamed (RMI names its threads after the connection they serve).
      */
-    static final int ENTER = 0, EXIT = 1, REMOTE = 2, CONNECTION = 3, CONTEXT = 4, TAG_BITS = 3;
+    static final int ENTER = 0, EXIT = 1, REMOTE = 2, CONNECTION = 3, CONTEXT = 4, NAME = 5,
+            TAG_BITS = 3;
 
     /**
      * Logs one event; an activation's entry only if there is room for it and for the exits of
@@ -628,6 +633,12 @@ public final class Roots {
      * another thread, or a new one, numbered on the thread ({@code thread id << 30 | n}).
      */
     private static long openTree(T t) {
+        String name = t.thread.getName();
+        if (name != t.traceName && name != null && !name.equals(t.traceName)) {
+            t.traceName = name;
+            long at = note(t, name);
+            if (at >= 0) log(t, (at << TAG_BITS) | NAME, now(), 1, false);
+        }
         long id = t.inherited;
         if (id == 0) {
             t.trees = t.trees >= TREE_MASK ? 1 : t.trees + 1;
