@@ -2,9 +2,10 @@
 //! the top retainers with the GC root that holds each and the shortest path to it, the leak
 //! suspects, and the top of the dominator tree for the HTML view.
 
-use crate::dominators::{self, Dominators, TOP};
-use crate::graph::{ClassKind, Heap, NONE, RootKind};
+use crate::dominators::{self, DomTree, TOP};
+use crate::graph::{ClassKind, Graph, Heap, NONE, RootKind};
 use crate::reader::{Object, ty};
+use crate::spill::Spill;
 use serde::Serialize;
 use std::collections::VecDeque;
 
@@ -147,25 +148,38 @@ impl Default for Options {
     }
 }
 
-/// Runs the analysis of a loaded heap.
-pub fn analyze(heap: &Heap, options: &Options) -> crate::Result<HeapReport> {
-    let doms = dominators::compute(heap);
-    let (kid_starts, kids, top) = doms.children();
+/// Runs the analysis of a loaded heap (its reference graph is consumed on the way).
+pub fn analyze(mut heap: Heap, options: &Options) -> crate::Result<HeapReport> {
+    let Some(graph) = heap.take_graph() else {
+        return Err(crate::Error::Corrupt {
+            record: "the heap dump",
+            offset: 0,
+            detail: "its references were already analysed".into(),
+        });
+    };
+    // Shortest paths first, while the graph is in RAM (each object's previous step is kept on
+    // disk); the dominator computation then frees the graph.
+    let (previous, root_of) = shortest_paths(&heap, &graph)?;
+    crate::mem_note("shortest paths");
+    let roots: Vec<u32> = heap.roots.iter().map(|r| r.0).collect();
+    let doms = dominators::compute(
+        graph,
+        &roots,
+        &heap.shallow,
+        &heap.class_of,
+        heap.classes.len(),
+    )?;
+    crate::mem_note(&format!("dominator tree ({} reachable)", doms.len()));
+    let heap = &heap;
 
-    let mut objects_of = vec![0u64; heap.classes.len()];
-    let mut shallow_of = vec![0u64; heap.classes.len()];
-    let mut bytes = 0u64;
-    for (i, &c) in heap.class_of.iter().enumerate() {
-        objects_of[c as usize] += 1;
-        shallow_of[c as usize] += u64::from(heap.shallow[i]);
-        bytes += u64::from(heap.shallow[i]);
-    }
-    let retained_of = class_retained(heap, &doms, &kid_starts, &kids, &top);
-    let reachable_bytes: u64 = top.iter().map(|&i| doms.retained[i as usize]).sum();
+    let bytes: u64 = heap.class_totals.iter().map(|t| t.1).sum();
+    let retained_of = class_retained(heap, &doms);
+    let reachable_bytes = doms.total();
     // Classes by name: a name loaded by two loaders is one row.
     let mut rows: std::collections::BTreeMap<&str, ClassRow> = Default::default();
     for (c, class) in heap.classes.iter().enumerate() {
-        if objects_of[c] == 0 {
+        let (instances, shallow) = heap.class_totals[c];
+        if instances == 0 {
             continue;
         }
         let row = rows.entry(&class.name).or_insert_with(|| ClassRow {
@@ -174,8 +188,8 @@ pub fn analyze(heap: &Heap, options: &Options) -> crate::Result<HeapReport> {
             shallow_bytes: 0,
             retained_bytes: 0,
         });
-        row.instances += objects_of[c];
-        row.shallow_bytes += shallow_of[c];
+        row.instances += instances;
+        row.shallow_bytes += shallow;
         row.retained_bytes += retained_of[c];
     }
     let mut classes: Vec<ClassRow> = rows.into_values().collect();
@@ -186,39 +200,34 @@ pub fn analyze(heap: &Heap, options: &Options) -> crate::Result<HeapReport> {
             .then(a.name.cmp(&b.name))
     });
 
-    let mut paths = Paths::new(heap)?;
-    let mut sorted_top = top.clone();
-    sorted_top.sort_by_key(|&i| std::cmp::Reverse(doms.retained[i as usize]));
+    let mut paths = Paths {
+        heap,
+        previous,
+        root_of,
+        locator: heap.locator()?,
+    };
+    let sorted_top = sorted_top(&doms)?;
     let mut dominators = Vec::new();
-    for &i in sorted_top.iter().take(options.top) {
-        let path = paths.path(i)?;
-        let retained_classes = retained_classes(heap, &kid_starts, &kids, i);
+    for top in sorted_top.iter().take(options.top) {
+        let path = paths.path(top.object)?;
         dominators.push(Retainer {
-            retained_classes,
-            id: format!("0x{:x}", paths.id(i)?),
-            class: heap.class(i).name.clone(),
-            shallow_bytes: u64::from(heap.shallow[i as usize]),
-            retained_bytes: doms.retained[i as usize],
+            retained_classes: retained_classes(heap, &doms, top.node),
+            id: format!("0x{:x}", paths.id(top.object)?),
+            class: class_name(heap, &doms, top.node),
+            shallow_bytes: u64::from(doms.shallow(top.node)),
+            retained_bytes: top.retained,
             root: path.first().cloned().unwrap_or_default(),
             path,
             allocated_at: Vec::new(),
         });
     }
     let suspects = suspects(heap, &doms, &sorted_top, reachable_bytes, options);
-    let tree = tree(
-        heap,
-        &doms,
-        &kid_starts,
-        &kids,
-        &sorted_top,
-        reachable_bytes,
-        &mut paths,
-    )?;
+    let tree = tree(heap, &doms, &sorted_top, reachable_bytes, &mut paths)?;
     let layout = &heap.layout;
     Ok(HeapReport {
         objects: heap.objects() as u64,
         bytes,
-        reachable_objects: doms.reachable_count,
+        reachable_objects: doms.len() as u64,
         reachable_bytes,
         layout: format!(
             "{}-byte object headers, {}-byte references ({})",
@@ -239,19 +248,52 @@ pub fn analyze(heap: &Heap, options: &Options) -> crate::Result<HeapReport> {
     })
 }
 
-/// The three classes with the most shallow bytes in the dominator subtree of `i`.
-fn retained_classes(heap: &Heap, kid_starts: &[u32], kids: &[u32], i: u32) -> Vec<ClassShare> {
-    let mut per_class: std::collections::HashMap<u32, (u64, u64)> = Default::default();
-    let mut stack = vec![i];
-    while let Some(v) = stack.pop() {
-        let e = per_class.entry(heap.class_of[v as usize]).or_default();
-        e.0 += 1;
-        e.1 += u64::from(heap.shallow[v as usize]);
-        stack.extend_from_slice(
-            &kids[kid_starts[v as usize] as usize..kid_starts[v as usize + 1] as usize],
-        );
+fn class_name(heap: &Heap, doms: &DomTree, t: u32) -> String {
+    heap.classes[doms.class(t) as usize].name.clone()
+}
+
+/// A node of the dominator tree with its object index and retained size.
+struct Node {
+    node: u32,
+    object: u32,
+    retained: u64,
+}
+
+/// The top-level dominators, largest first (ties in the file's object order).
+fn sorted_top(doms: &DomTree) -> crate::Result<Vec<Node>> {
+    let mut out = Vec::new();
+    let mut objects = doms.objects().reader();
+    let mut at = 0u32;
+    for t in doms.top() {
+        while at < t {
+            objects.next_value()?;
+            at += 1;
+        }
+        out.push(Node {
+            node: t,
+            object: objects.next_value()?,
+            retained: doms.retained(t),
+        });
+        at += 1;
     }
-    let mut list: Vec<(u32, (u64, u64))> = per_class.into_iter().collect();
+    out.sort_unstable_by_key(|n| (std::cmp::Reverse(n.retained), n.object));
+    Ok(out)
+}
+
+/// The three classes with the most shallow bytes in the dominator subtree of `t`.
+fn retained_classes(heap: &Heap, doms: &DomTree, t: u32) -> Vec<ClassShare> {
+    let mut per_class = vec![(0u64, 0u64); heap.classes.len()];
+    for v in t..doms.end(t) {
+        let e = &mut per_class[doms.class(v) as usize];
+        e.0 += 1;
+        e.1 += u64::from(doms.shallow(v));
+    }
+    let mut list: Vec<(u32, (u64, u64))> = per_class
+        .into_iter()
+        .enumerate()
+        .filter(|(_, e)| e.0 > 0)
+        .map(|(c, e)| (c as u32, e))
+        .collect();
     list.sort_by(|a, b| b.1.1.cmp(&a.1.1).then(a.0.cmp(&b.0)));
     list.into_iter()
         .take(3)
@@ -264,48 +306,33 @@ fn retained_classes(heap: &Heap, kid_starts: &[u32], kids: &[u32], i: u32) -> Ve
 }
 
 /// Per class, the bytes its instances retain together: the retained size of every instance
-/// that no other instance of the same class dominates.
-fn class_retained(
-    heap: &Heap,
-    doms: &Dominators,
-    kid_starts: &[u32],
-    kids: &[u32],
-    top: &[u32],
-) -> Vec<u64> {
+/// that no other instance of the same class dominates. One sweep in tree order, with the open
+/// ancestors on a stack and a count of open instances per class.
+fn class_retained(heap: &Heap, doms: &DomTree) -> Vec<u64> {
     let mut retained = vec![0u64; heap.classes.len()];
     let mut active = vec![0u32; heap.classes.len()];
-    let mut stack: Vec<(u32, u32)> = Vec::new();
-    for &t in top {
-        let c = heap.class_of[t as usize] as usize;
-        if active[c] == 0 {
-            retained[c] += doms.retained[t as usize];
+    let mut open: Vec<(u32, u32)> = Vec::new();
+    for t in 0..doms.len() as u32 {
+        while let Some(&(end, c)) = open.last()
+            && end <= t
+        {
+            active[c as usize] -= 1;
+            open.pop();
         }
-        active[c] += 1;
-        stack.push((t, kid_starts[t as usize]));
-        while let Some(frame) = stack.last_mut() {
-            let (v, k) = *frame;
-            if k < kid_starts[v as usize + 1] {
-                frame.1 += 1;
-                let w = kids[k as usize];
-                let c = heap.class_of[w as usize] as usize;
-                if active[c] == 0 {
-                    retained[c] += doms.retained[w as usize];
-                }
-                active[c] += 1;
-                stack.push((w, kid_starts[w as usize]));
-            } else {
-                active[heap.class_of[v as usize] as usize] -= 1;
-                stack.pop();
-            }
+        let c = doms.class(t);
+        if active[c as usize] == 0 {
+            retained[c as usize] += doms.retained(t);
         }
+        active[c as usize] += 1;
+        open.push((doms.end(t), c));
     }
     retained
 }
 
 fn suspects(
     heap: &Heap,
-    doms: &Dominators,
-    sorted_top: &[u32],
+    doms: &DomTree,
+    sorted_top: &[Node],
     reachable: u64,
     options: &Options,
 ) -> Vec<Suspect> {
@@ -315,12 +342,12 @@ fn suspects(
     }
     let share = |b: u64| 100.0 * b as f64 / reachable as f64;
     let threshold = options.suspect_percent;
-    for &i in sorted_top {
-        let r = doms.retained[i as usize];
+    for top in sorted_top {
+        let r = top.retained;
         if share(r) < threshold {
             break;
         }
-        let class = heap.class(i).name.clone();
+        let class = class_name(heap, doms, top.node);
         out.push(Suspect {
             description: format!(
                 "one instance of {class} retains {} ({:.1} % of the reachable heap)",
@@ -335,10 +362,12 @@ fn suspects(
     }
     // Groups: many top-level dominators of one class that together pass the threshold.
     let mut by_class: std::collections::HashMap<&str, (u64, u64)> = Default::default();
-    for &i in sorted_top {
-        let e = by_class.entry(&heap.class(i).name).or_default();
+    for top in sorted_top {
+        let e = by_class
+            .entry(&heap.classes[doms.class(top.node) as usize].name)
+            .or_default();
         e.0 += 1;
-        e.1 += doms.retained[i as usize];
+        e.1 += top.retained;
     }
     let mut groups: Vec<_> = by_class
         .into_iter()
@@ -371,45 +400,51 @@ fn suspects(
 /// children each and 2000 nodes in all.
 fn tree(
     heap: &Heap,
-    doms: &Dominators,
-    kid_starts: &[u32],
-    kids: &[u32],
-    sorted_top: &[u32],
+    doms: &DomTree,
+    sorted_top: &[Node],
     reachable: u64,
     paths: &mut Paths<'_>,
 ) -> crate::Result<Vec<TreeNode>> {
     let min = reachable / 1000;
     let mut out: Vec<TreeNode> = Vec::new();
-    let mut queue: VecDeque<(u32, i64)> = sorted_top
+    let mut queue: VecDeque<(u32, u32, i64)> = sorted_top
         .iter()
         .take(50)
-        .filter(|&&i| doms.retained[i as usize] >= min)
-        .map(|&i| (i, -1))
+        .filter(|top| top.retained >= min)
+        .map(|top| (top.node, top.object, -1))
         .collect();
-    while let Some((i, parent)) = queue.pop_front() {
+    while let Some((t, o, parent)) = queue.pop_front() {
         if out.len() >= 2000 {
             break;
         }
         let at = out.len() as i64;
         out.push(TreeNode {
-            id: format!("0x{:x}", paths.id(i)?),
-            class: heap.class(i).name.clone(),
-            shallow: u64::from(heap.shallow[i as usize]),
-            retained: doms.retained[i as usize],
+            id: format!("0x{:x}", paths.id(o)?),
+            class: class_name(heap, doms, t),
+            shallow: u64::from(doms.shallow(t)),
+            retained: doms.retained(t),
             parent,
             path: if out.len() < 300 {
-                paths.path(i)?
+                paths.path(o)?
             } else {
                 Vec::new()
             },
         });
-        let mut children: Vec<u32> =
-            kids[kid_starts[i as usize] as usize..kid_starts[i as usize + 1] as usize].to_vec();
-        children.sort_by_key(|&k| std::cmp::Reverse(doms.retained[k as usize]));
-        for k in children.into_iter().take(30) {
-            if doms.retained[k as usize] >= min && doms.retained[k as usize] > 0 {
-                queue.push_back((k, at));
+        // The largest children (ties in the file's object order); only those shown are looked up.
+        let mut children = Vec::new();
+        for k in doms.children(t) {
+            let r = doms.retained(k);
+            if r >= min && r > 0 {
+                children.push(Node {
+                    node: k,
+                    object: doms.object(k)?,
+                    retained: r,
+                });
             }
+        }
+        children.sort_unstable_by_key(|n| (std::cmp::Reverse(n.retained), n.object));
+        for k in children.into_iter().take(30) {
+            queue.push_back((k.node, k.object, at));
         }
     }
     Ok(out)
@@ -420,46 +455,46 @@ fn tree(
 /// each step by reading the holder back from the file.
 struct Paths<'h> {
     heap: &'h Heap,
-    /// Per object: the previous object on its shortest path, [`TOP`] at a root, [`NONE`]
-    /// when unreachable.
-    previous: Vec<u32>,
+    /// Per object (on disk): the previous object on its shortest path, [`TOP`] at a root,
+    /// [`NONE`] when unreachable.
+    previous: Spill<u32>,
     /// Root object -> the root (index into `heap.roots`) that names it.
     root_of: std::collections::HashMap<u32, u32>,
     locator: crate::reader::Locator,
 }
 
-impl<'h> Paths<'h> {
-    fn new(heap: &'h Heap) -> crate::Result<Paths<'h>> {
-        let n = heap.objects();
-        let mut previous = vec![NONE; n];
-        let mut root_of = std::collections::HashMap::new();
-        let mut order: Vec<usize> = (0..heap.roots.len()).collect();
-        order.sort_by_key(|&r| root_rank(&heap.roots[r].1));
-        let mut queue = VecDeque::new();
-        for r in order {
-            let o = heap.roots[r].0;
-            if previous[o as usize] == NONE {
-                root_of.insert(o, r as u32);
-                previous[o as usize] = TOP;
-                queue.push_back(o);
-            }
+/// The breadth-first search behind [`Paths`]: each object's previous step, and the root that
+/// names each root object.
+fn shortest_paths(
+    heap: &Heap,
+    graph: &Graph,
+) -> crate::Result<(Spill<u32>, std::collections::HashMap<u32, u32>)> {
+    let mut previous = vec![NONE; heap.objects()];
+    let mut root_of = std::collections::HashMap::new();
+    let mut order: Vec<usize> = (0..heap.roots.len()).collect();
+    order.sort_by_key(|&r| root_rank(&heap.roots[r].1));
+    let mut queue = VecDeque::new();
+    for r in order {
+        let o = heap.roots[r].0;
+        if previous[o as usize] == NONE {
+            root_of.insert(o, r as u32);
+            previous[o as usize] = TOP;
+            queue.push_back(o);
         }
-        while let Some(v) = queue.pop_front() {
-            for &w in heap.successors(v) {
-                if previous[w as usize] == NONE {
-                    previous[w as usize] = v;
-                    queue.push_back(w);
-                }
-            }
-        }
-        Ok(Paths {
-            heap,
-            previous,
-            root_of,
-            locator: heap.locator()?,
-        })
     }
+    while let Some(v) = queue.pop_front() {
+        for &w in graph.successors(v) {
+            if previous[w as usize] == NONE {
+                previous[w as usize] = v;
+                queue.push_back(w);
+            }
+        }
+    }
+    drop(queue);
+    Ok((Spill::from_slice(&previous)?, root_of))
+}
 
+impl<'h> Paths<'h> {
     fn id(&mut self, i: u32) -> crate::Result<u64> {
         Ok(self.locator.object(i as usize)?.0)
     }
@@ -468,8 +503,12 @@ impl<'h> Paths<'h> {
     fn path(&mut self, i: u32) -> crate::Result<Vec<String>> {
         let mut chain = vec![i];
         let mut v = i;
-        while self.previous[v as usize] != TOP && self.previous[v as usize] != NONE {
-            v = self.previous[v as usize];
+        loop {
+            let p = self.previous.get(v as usize)?;
+            if p == TOP || p == NONE {
+                break;
+            }
+            v = p;
             chain.push(v);
             if chain.len() > 10_000 {
                 break;
@@ -493,8 +532,9 @@ impl<'h> Paths<'h> {
         let (_, object) = self.locator.object(from as usize)?;
         let id_size = heap.header.id_size as usize;
         Ok(match object {
-            Object::Instance { fields, .. } => {
-                let mut c = heap.class_of[from as usize];
+            Object::Instance { class_id, fields } => {
+                let holder = heap.class_by_id(class_id).unwrap_or(NONE);
+                let mut c = holder;
                 let mut at = 0usize;
                 while c != NONE {
                     let class = &heap.classes[c as usize];
@@ -508,14 +548,15 @@ impl<'h> Paths<'h> {
                     }
                     c = heap.class_by_id(class.super_id).unwrap_or(NONE);
                 }
-                format!("{}.?", heap.class(from).name)
+                format!("{}.?", class_name_of(heap, holder))
             }
-            Object::ObjectArray { elements, .. } => {
+            Object::ObjectArray { class_id, elements } => {
+                let name = class_name_of(heap, heap.class_by_id(class_id).unwrap_or(NONE));
                 let k = (0..elements.len() / id_size)
                     .find(|&k| read_id(&elements, k * id_size, id_size) == to_id);
                 match k {
-                    Some(k) => format!("{}[{k}]", heap.class(from).name),
-                    None => format!("{}[?]", heap.class(from).name),
+                    Some(k) => format!("{name}[{k}]"),
+                    None => format!("{name}[?]"),
                 }
             }
             Object::Class(c) => {
@@ -595,12 +636,13 @@ impl<'h> Paths<'h> {
         let Some(&(o, _)) = self.heap.threads.get(&thread) else {
             return Ok(format!("#{thread}"));
         };
-        let name = self
-            .field(o, "name")?
-            .and_then(|s| self.heap.index_of(s))
-            .map(|s| self.string(s))
-            .transpose()?
-            .flatten();
+        let name = match self.field(o, "name")? {
+            Some(s) => match self.heap.index_of(s)? {
+                Some(s) => self.string(s)?,
+                None => None,
+            },
+            None => None,
+        };
         Ok(match name {
             Some(n) => format!("{n:?}"),
             None => format!("#{thread}"),
@@ -610,24 +652,25 @@ impl<'h> Paths<'h> {
     /// The value of the reference field `name` of instance `i` (searched up the class chain).
     fn field(&mut self, i: u32, name: &str) -> crate::Result<Option<u64>> {
         let heap = self.heap;
-        let (_, Object::Instance { fields, .. }) = self.locator.object(i as usize)? else {
+        let (_, Object::Instance { class_id, fields }) = self.locator.object(i as usize)? else {
             return Ok(None);
         };
-        Ok(field_value(heap, heap.class_of[i as usize], &fields, name).map(|(_, v)| v))
+        let c = heap.class_by_id(class_id).unwrap_or(NONE);
+        Ok(field_value(heap, c, &fields, name).map(|(_, v)| v))
     }
 
     /// The text of a `java.lang.String` (compact Latin-1/UTF-16 `byte[]` or `char[]`).
     fn string(&mut self, i: u32) -> crate::Result<Option<String>> {
         let heap = self.heap;
-        let (_, Object::Instance { fields, .. }) = self.locator.object(i as usize)? else {
+        let (_, Object::Instance { class_id, fields }) = self.locator.object(i as usize)? else {
             return Ok(None);
         };
-        let c = heap.class_of[i as usize];
+        let c = heap.class_by_id(class_id).unwrap_or(NONE);
         let Some((_, value)) = field_value(heap, c, &fields, "value") else {
             return Ok(None);
         };
         let coder = field_value(heap, c, &fields, "coder").map_or(0, |(_, v)| v);
-        let Some(v) = heap.index_of(value) else {
+        let Some(v) = heap.index_of(value)? else {
             return Ok(None);
         };
         let (_, Object::PrimitiveArray { ty: t, data, .. }) = self.locator.object(v as usize)?
@@ -717,4 +760,11 @@ pub fn human(bytes: u64) -> String {
     } else {
         format!("{bytes} B")
     }
+}
+
+/// The name of class-table entry `c`, or `?`.
+fn class_name_of(heap: &Heap, c: u32) -> String {
+    heap.classes
+        .get(c as usize)
+        .map_or_else(|| "?".into(), |c| c.name.clone())
 }

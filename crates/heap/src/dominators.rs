@@ -4,98 +4,188 @@
 //!
 //! The graph is the heap's CSR successor lists plus one virtual root whose successors are the
 //! GC roots. Everything runs in DFS-number space on flat `u32` arrays, iteratively (object
-//! graphs are deep: a linked list of a million nodes is a million-deep DFS).
+//! graphs are deep: a linked list of a million nodes is a million-deep DFS), and in steps that
+//! each hold few per-object arrays, the others waiting in temporary files ([`crate::spill`]):
+//!
+//! 1. The DFS keeps only the preorder numbers beside the graph; tree parents, the vertex order
+//!    and the non-tree edges go to spills as they are found. A node's predecessors are its tree
+//!    parent and the sources of its non-tree edges, and on heaps most objects have one referrer,
+//!    so the non-tree edges are few; the graph is freed after the DFS.
+//! 2. Semidominators in reverse preorder over three arrays: the linked forest's ancestors start
+//!    as the DFS parents and share their array (only linked nodes are ever compressed, and a
+//!    node is linked once processed), with the non-tree edges sorted by target.
+//! 3. Immediate dominators from the parents, reloaded, and the semidominators.
+//! 4. The dominator tree renumbered in its own preorder ([`DomTree`]), where every subtree is a
+//!    contiguous range: subtree sizes, shallow sizes with block prefix sums (a retained size is
+//!    the sum over a range) and classes are all the analysis needs; each node's object index is
+//!    spilled.
 
-use crate::graph::{Heap, NONE};
+use crate::error::Result;
+use crate::graph::{Graph, NONE};
+use crate::spill::{Spill, SpillWriter};
 
-/// The virtual root's place in [`Dominators::idom`]: the object is dominated by the GC roots
-/// as a whole (a top-level dominator).
+/// The virtual root's place in an immediate-dominator array: the object is dominated by the GC
+/// roots as a whole (a top-level dominator).
 pub const TOP: u32 = u32::MAX - 1;
 
-pub struct Dominators {
-    /// Per object: its immediate dominator, [`TOP`], or [`NONE`] when unreachable.
-    pub idom: Vec<u32>,
-    /// Per object: retained bytes (its own and all it dominates); 0 when unreachable.
-    pub retained: Vec<u64>,
-    /// How many objects are reachable from the roots.
-    pub reachable_count: u64,
+/// Shallow sizes are summed from a prefix kept every this many nodes.
+const BLOCK: usize = 16;
+
+enum Column {
+    Narrow(Vec<u16>),
+    Wide(Vec<u32>),
 }
 
-impl Dominators {
-    pub fn reachable(&self, i: u32) -> bool {
-        self.idom[i as usize] != NONE
+/// The dominator tree of the reachable objects, numbered in its preorder (top-level dominators,
+/// children of the virtual root, in DFS order; each node's children in DFS order after it). A
+/// node `t`'s subtree, the objects it retains, is `t..t + size(t)`.
+pub struct DomTree {
+    size: Vec<u32>,
+    shallow: Vec<u32>,
+    /// `blocks[b]` is the sum of `shallow[..b * BLOCK]`.
+    blocks: Vec<u64>,
+    class: Column,
+    /// Tree position -> object index.
+    object: Spill<u32>,
+}
+
+impl DomTree {
+    /// Reachable objects.
+    pub fn len(&self) -> usize {
+        self.size.len()
     }
 
-    /// Children of every object in the dominator tree, CSR form over object indices, plus the
-    /// top-level dominators.
-    pub fn children(&self) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
-        let n = self.idom.len();
-        let mut starts = vec![0u32; n + 1];
-        let mut top = Vec::new();
-        for &d in &self.idom {
-            if d != NONE && d != TOP {
-                starts[d as usize] += 1;
-            }
+    pub fn is_empty(&self) -> bool {
+        self.size.is_empty()
+    }
+
+    /// Nodes in `t`'s subtree, itself included.
+    pub fn size(&self, t: u32) -> u32 {
+        self.size[t as usize]
+    }
+
+    /// The position after `t`'s subtree.
+    pub fn end(&self, t: u32) -> u32 {
+        t + self.size[t as usize]
+    }
+
+    pub fn shallow(&self, t: u32) -> u32 {
+        self.shallow[t as usize]
+    }
+
+    /// The class-table index of `t`'s object.
+    pub fn class(&self, t: u32) -> u32 {
+        match &self.class {
+            Column::Narrow(c) => u32::from(c[t as usize]),
+            Column::Wide(c) => c[t as usize],
         }
-        // Running sums make starts[i] the end of i's children; placing each child at
-        // --starts[d] leaves starts[i] at their beginning.
-        for i in 0..n {
-            starts[i + 1] += starts[i];
-        }
-        let mut kids = vec![0u32; starts[n] as usize];
-        for (i, &d) in self.idom.iter().enumerate().rev() {
-            if d == TOP {
-                top.push(i as u32);
-            } else if d != NONE {
-                starts[d as usize] -= 1;
-                kids[starts[d as usize] as usize] = i as u32;
-            }
-        }
-        top.reverse();
-        (starts, kids, top)
+    }
+
+    /// Sum of the shallow sizes of the nodes before position `t`.
+    fn prefix(&self, t: usize) -> u64 {
+        let b = t / BLOCK;
+        self.blocks[b]
+            + self.shallow[b * BLOCK..t]
+                .iter()
+                .map(|&s| u64::from(s))
+                .sum::<u64>()
+    }
+
+    /// Bytes retained by `t`: its own and those of every object it dominates.
+    pub fn retained(&self, t: u32) -> u64 {
+        self.prefix(self.end(t) as usize) - self.prefix(t as usize)
+    }
+
+    /// Shallow bytes of all reachable objects.
+    pub fn total(&self) -> u64 {
+        self.prefix(self.len())
+    }
+
+    /// The nodes `t` immediately dominates, in tree order.
+    pub fn children(&self, t: u32) -> impl Iterator<Item = u32> + '_ {
+        self.siblings(t + 1, self.end(t))
+    }
+
+    /// The top-level dominators (held by the GC roots as a whole), in tree order.
+    pub fn top(&self) -> impl Iterator<Item = u32> + '_ {
+        self.siblings(0, self.len() as u32)
+    }
+
+    /// The subtrees that tile `from..end`, in order.
+    fn siblings(&self, from: u32, end: u32) -> impl Iterator<Item = u32> + '_ {
+        let mut next = from;
+        std::iter::from_fn(move || {
+            let c = next;
+            (c < end).then(|| {
+                next = self.end(c);
+                c
+            })
+        })
+    }
+
+    /// The object index of node `t` (one read of a temporary file).
+    pub fn object(&self, t: u32) -> Result<u32> {
+        self.object.get(t as usize)
+    }
+
+    /// Object indices of all nodes, in tree order, on disk.
+    pub fn objects(&self) -> &Spill<u32> {
+        &self.object
     }
 }
 
-/// Computes dominators and retained sizes of every object reachable from the heap's roots.
-pub fn compute(heap: &Heap) -> Dominators {
-    let roots: Vec<u32> = heap.roots.iter().map(|r| r.0).collect();
-    compute_csr(&heap.starts, &heap.edges, &roots, &heap.shallow)
-}
-
-/// The same over any graph in CSR form: the successors of `i` are
-/// `edges[starts[i]..starts[i + 1]]`, `shallow[i]` its own size.
-pub fn compute_csr(starts: &[u32], edges: &[u32], roots: &[u32], shallow: &[u32]) -> Dominators {
+/// Computes the dominator tree of every object reachable from `roots`; `shallow` and
+/// `class_of` are per-object columns, `classes` the size of the class table. Consumes the graph
+/// (it is freed as soon as the DFS is done).
+pub fn compute(
+    graph: Graph,
+    roots: &[u32],
+    shallow: &Spill<u32>,
+    class_of: &Spill<u32>,
+    classes: usize,
+) -> Result<DomTree> {
     let n = shallow.len();
-    let successors = |i: u32| &edges[starts[i as usize] as usize..starts[i as usize + 1] as usize];
     let mut roots = roots.to_vec();
     roots.sort_unstable();
     roots.dedup();
 
-    // 1. DFS from the virtual root (DFS number 0): preorder numbers, tree parents.
-    let mut dfn = vec![NONE; n];
-    let mut vertex: Vec<u32> = vec![NONE];
-    let mut parent: Vec<u32> = vec![NONE];
+    // 1. DFS from the virtual root (DFS number 0): preorder numbers in RAM; vertex order, tree
+    //    parents and non-tree edges (target << 32 | source, in DFS numbers) spilled.
+    let mut vertex = SpillWriter::<u32>::new()?;
+    let mut parent = SpillWriter::<u32>::new()?;
+    let mut cross = SpillWriter::<u64>::new()?;
+    vertex.push(NONE)?;
+    parent.push(NONE)?;
     {
-        let mut stack: Vec<(u32, u32)> = Vec::new();
+        let Graph { starts, edges } = &graph;
+        let mut dfn = vec![NONE; n];
+        let mut next = 1u32;
+        // (object, its DFS number, position of its next successor)
+        let mut stack: Vec<(u32, u32, u32)> = Vec::new();
         for &r in &roots {
             if dfn[r as usize] != NONE {
+                cross.push(u64::from(dfn[r as usize]) << 32)?;
                 continue;
             }
-            dfn[r as usize] = vertex.len() as u32;
-            vertex.push(r);
-            parent.push(0);
-            stack.push((r, 0));
+            dfn[r as usize] = next;
+            vertex.push(r)?;
+            parent.push(0)?;
+            stack.push((r, next, starts[r as usize]));
+            next += 1;
             while let Some(top) = stack.last_mut() {
-                let (v, k) = *top;
-                let succ = successors(v);
-                if (k as usize) < succ.len() {
-                    top.1 += 1;
-                    let w = succ[k as usize];
-                    if dfn[w as usize] == NONE {
-                        dfn[w as usize] = vertex.len() as u32;
-                        vertex.push(w);
-                        parent.push(dfn[v as usize]);
-                        stack.push((w, 0));
+                let (v, dv, k) = *top;
+                if k < starts[v as usize + 1] {
+                    top.2 += 1;
+                    let w = edges[k as usize];
+                    let dw = dfn[w as usize];
+                    if dw == NONE {
+                        dfn[w as usize] = next;
+                        vertex.push(w)?;
+                        parent.push(dv)?;
+                        stack.push((w, next, starts[w as usize]));
+                        next += 1;
+                    } else {
+                        cross.push(u64::from(dw) << 32 | u64::from(dv))?;
                     }
                 } else {
                     stack.pop();
@@ -103,74 +193,38 @@ pub fn compute_csr(starts: &[u32], edges: &[u32], roots: &[u32], shallow: &[u32]
             }
         }
     }
+    drop(graph);
+    let (vertex, parent, cross_edges) = (vertex.finish()?, parent.finish()?, cross.finish()?);
     let count = vertex.len();
+    crate::mem_note(&format!("dfs ({} non-tree edges)", cross_edges.len()));
 
-    // 2. Predecessors in DFS-number space (the virtual root precedes every GC root), kept only
-    //    for nodes with two or more: a node with one predecessor was reached from it, so its
-    //    semidominator is its DFS parent (and so is its immediate dominator). On heaps most
-    //    objects have one referrer.
-    let mut pstart = vec![0u32; count + 1];
-    for &r in &roots {
-        pstart[dfn[r as usize] as usize + 1] += 1;
-    }
-    for &v in &vertex[1..] {
-        for &w in successors(v) {
-            pstart[dfn[w as usize] as usize + 1] += 1;
-        }
-    }
-    for c in pstart.iter_mut() {
-        if *c == 1 {
-            *c = 0;
-        }
-    }
-    for i in 0..count {
-        pstart[i + 1] += pstart[i];
-    }
-    let mut preds = vec![0u32; pstart[count] as usize];
-    {
-        let stored = |w: usize| pstart[w + 1] > pstart[w];
-        let mut fill = pstart.clone();
-        for &r in &roots {
-            let w = dfn[r as usize] as usize;
-            if stored(w) {
-                preds[fill[w] as usize] = 0;
-                fill[w] += 1;
-            }
-        }
-        for (d, &v) in vertex.iter().enumerate().skip(1) {
-            for &w in successors(v) {
-                let w = dfn[w as usize] as usize;
-                if stored(w) {
-                    preds[fill[w] as usize] = d as u32;
-                    fill[w] += 1;
-                }
-            }
-        }
-    }
-    drop(dfn);
-
-    // 3. Semidominators, in reverse preorder, with path-compressed evaluation.
+    // 2. Semidominators, in reverse preorder, with path-compressed evaluation.
     let mut semi: Vec<u32> = (0..count as u32).collect();
-    let mut label: Vec<u32> = (0..count as u32).collect();
-    let mut ancestor = vec![NONE; count];
-    let mut path = Vec::new();
-    for w in (1..count).rev() {
-        let stored = &preds[pstart[w] as usize..pstart[w + 1] as usize];
-        if stored.is_empty() {
-            semi[w] = parent[w];
-        }
-        for &v in stored {
-            let u = eval(v, &mut ancestor, &mut label, &semi, &mut path);
-            if semi[u as usize] < semi[w] {
-                semi[w] = semi[u as usize];
+    {
+        let mut cross = cross_edges.load()?;
+        drop(cross_edges);
+        cross.sort_unstable();
+        let mut ancestor = parent.load()?;
+        let mut label: Vec<u32> = (0..count as u32).collect();
+        let mut path = Vec::new();
+        let mut c = cross.len();
+        for w in (1..count).rev() {
+            // Not linked yet, so still the DFS parent: a predecessor, and a candidate.
+            let mut s = ancestor[w];
+            while c > 0 && (cross[c - 1] >> 32) as usize == w {
+                c -= 1;
+                let v = cross[c] as u32;
+                let u = eval(v, w as u32, &mut ancestor, &mut label, &semi, &mut path);
+                s = s.min(semi[u as usize]);
             }
+            semi[w] = s;
         }
-        ancestor[w] = parent[w];
+        crate::mem_note("semidominators");
     }
-    drop((label, ancestor, preds, pstart));
 
-    // 4. Immediate dominators: walk up from the parent until below the semidominator.
-    let mut idom = parent;
+    // 3. Immediate dominators: walk up from the parent until below the semidominator.
+    let mut idom = parent.load()?;
+    drop(parent);
     for w in 1..count {
         let mut d = idom[w];
         while d > semi[w] {
@@ -180,44 +234,105 @@ pub fn compute_csr(starts: &[u32], edges: &[u32], roots: &[u32], shallow: &[u32]
     }
     drop(semi);
 
-    // 5. Into object space; then retained sizes, each object before its dominator (reverse
-    //    preorder).
-    let mut by_object = Dominators {
-        idom: vec![NONE; n],
-        retained: Vec::new(),
-        reachable_count: count as u64 - 1,
-    };
+    // 4. The tree's preorder. Subtree sizes first (each node after its dominator in DFS order,
+    //    so a reverse sweep adds each to its dominator), then positions: a node takes the next
+    //    free place among its dominator's children, which moves on by its size. One array holds
+    //    the size, then the next free place, and ends as the end of the subtree.
+    let len = count - 1;
+    let mut end = vec![1u32; count];
+    for w in (1..count).rev() {
+        end[idom[w] as usize] += end[w];
+    }
+    end[0] = 0;
+    let mut pos = vec![0u32; count];
     for w in 1..count {
-        by_object.idom[vertex[w] as usize] = if idom[w] == 0 {
-            TOP
-        } else {
-            vertex[idom[w] as usize]
-        };
+        let d = idom[w] as usize;
+        let size = end[w];
+        pos[w] = end[d];
+        end[d] += size;
+        end[w] = pos[w] + 1;
     }
     drop(idom);
-    let mut retained = vec![0u64; n];
-    for &o in &vertex[1..] {
-        retained[o as usize] = u64::from(shallow[o as usize]);
+    let mut size = vec![0u32; len];
+    for w in 1..count {
+        size[pos[w] as usize] = end[w] - pos[w];
     }
-    for &o in vertex[1..].iter().rev() {
-        let d = by_object.idom[o as usize];
-        if d != TOP {
-            retained[d as usize] += retained[o as usize];
+    drop(end);
+    let object = {
+        let mut by_pos = vec![0u32; len];
+        let mut r = vertex.reader();
+        r.next_value()?;
+        for &p in &pos[1..] {
+            by_pos[p as usize] = r.next_value()?;
         }
+        drop(pos);
+        Spill::from_slice(&by_pos)?
+    };
+    drop(vertex);
+    let shallow = {
+        let all = shallow.load()?;
+        let mut r = object.reader();
+        let mut out = Vec::with_capacity(len);
+        for _ in 0..len {
+            out.push(all[r.next_value()? as usize]);
+        }
+        out
+    };
+    let class = if classes <= 1 << 16 {
+        let all = class_of.load_as(|c| c as u16)?;
+        let mut r = object.reader();
+        let mut out = Vec::with_capacity(len);
+        for _ in 0..len {
+            out.push(all[r.next_value()? as usize]);
+        }
+        Column::Narrow(out)
+    } else {
+        let all = class_of.load()?;
+        let mut r = object.reader();
+        let mut out = Vec::with_capacity(len);
+        for _ in 0..len {
+            out.push(all[r.next_value()? as usize]);
+        }
+        Column::Wide(out)
+    };
+    let mut blocks = Vec::with_capacity(len / BLOCK + 1);
+    let mut sum = 0u64;
+    for (t, &s) in shallow.iter().enumerate() {
+        if t % BLOCK == 0 {
+            blocks.push(sum);
+        }
+        sum += u64::from(s);
     }
-    by_object.retained = retained;
-    by_object
+    if len % BLOCK == 0 {
+        blocks.push(sum);
+    }
+    Ok(DomTree {
+        size,
+        shallow,
+        blocks,
+        class,
+        object,
+    })
 }
 
-/// The vertex of least semidominator on `v`'s path in the linked forest.
-fn eval(v: u32, ancestor: &mut [u32], label: &mut [u32], semi: &[u32], path: &mut Vec<u32>) -> u32 {
-    if ancestor[v as usize] == NONE {
+/// The vertex of least semidominator on `v`'s path in the linked forest, while `w` is being
+/// processed: the nodes after `w` are linked, `ancestor` holds their forest parents (the DFS
+/// parents, compressed) and the DFS parents of the others.
+fn eval(
+    v: u32,
+    w: u32,
+    ancestor: &mut [u32],
+    label: &mut [u32],
+    semi: &[u32],
+    path: &mut Vec<u32>,
+) -> u32 {
+    if v <= w {
         return v;
     }
     // Compress: collect the path up to the tree root's child, then fold from the top.
     path.clear();
     let mut x = v;
-    while ancestor[ancestor[x as usize] as usize] != NONE {
+    while ancestor[x as usize] > w {
         path.push(x);
         x = ancestor[x as usize];
     }
@@ -235,6 +350,67 @@ fn eval(v: u32, ancestor: &mut [u32], label: &mut [u32], semi: &[u32], path: &mu
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Per object: the immediate dominator ([`TOP`], or [`NONE`] when unreachable) and the
+    /// retained bytes, read back from the tree (whose other columns are checked on the way).
+    struct ByObject {
+        idom: Vec<u32>,
+        retained: Vec<u64>,
+    }
+
+    fn compute_csr(starts: &[u32], edges: &[u32], roots: &[u32], shallow: &[u32]) -> ByObject {
+        by_object(starts, edges, roots, shallow, 3)
+    }
+
+    fn by_object(
+        starts: &[u32],
+        edges: &[u32],
+        roots: &[u32],
+        shallow: &[u32],
+        classes: u32,
+    ) -> ByObject {
+        let n = shallow.len();
+        let class_of: Vec<u32> = (0..n as u32)
+            .map(|i| i.wrapping_mul(7919) % classes)
+            .collect();
+        let graph = Graph {
+            starts: starts.to_vec(),
+            edges: edges.to_vec(),
+        };
+        let tree = compute(
+            graph,
+            roots,
+            &Spill::from_slice(shallow).unwrap(),
+            &Spill::from_slice(&class_of).unwrap(),
+            classes as usize,
+        )
+        .unwrap();
+        let mut idom = vec![NONE; n];
+        let mut retained = vec![0u64; n];
+        let mut open: Vec<(u32, u32)> = Vec::new();
+        for t in 0..tree.len() as u32 {
+            while open.last().is_some_and(|&(end, _)| end <= t) {
+                open.pop();
+            }
+            let o = tree.object(t).unwrap();
+            idom[o as usize] = open.last().map_or(TOP, |&(_, d)| d);
+            retained[o as usize] = tree.retained(t);
+            assert_eq!(tree.shallow(t), shallow[o as usize]);
+            assert_eq!(tree.class(t), class_of[o as usize]);
+            let kids: u32 = tree.children(t).map(|k| tree.size(k)).sum();
+            assert_eq!(kids + 1, tree.size(t));
+            open.push((tree.end(t), o));
+        }
+        let top: u32 = tree.top().map(|t| tree.size(t)).sum();
+        assert_eq!(top as usize, tree.len());
+        assert_eq!(
+            tree.total(),
+            (0..tree.len() as u32)
+                .map(|t| u64::from(tree.shallow(t)))
+                .sum::<u64>()
+        );
+        ByObject { idom, retained }
+    }
 
     fn csr(n: usize, edges: &[(u32, u32)]) -> (Vec<u32>, Vec<u32>) {
         let mut starts = vec![0u32; n + 1];
@@ -352,6 +528,20 @@ mod tests {
         let d = compute_csr(&starts, &e, &[0], &vec![8; n as usize]);
         assert_eq!(d.retained[0], 8 * u64::from(n));
         assert_eq!(d.idom[n as usize - 1], n - 2);
+    }
+
+    #[test]
+    fn many_classes_keep_their_indices() {
+        let edges: Vec<(u32, u32)> = (0..99u32)
+            .map(|i| (i, i + 1))
+            .chain([(5, 50), (60, 7)])
+            .collect();
+        let (starts, e) = csr(100, &edges);
+        let shallow: Vec<u32> = (0..100u32).map(|i| 16 + 8 * (i % 3)).collect();
+        let d = by_object(&starts, &e, &[0], &shallow, 70_000);
+        let (idom, retained) = naive(100, &edges, &[0], &shallow);
+        assert_eq!(d.idom, idom);
+        assert_eq!(d.retained, retained);
     }
 
     proptest! {

@@ -3,14 +3,17 @@
 //! Pass 1 reads names, classes, roots and every object's id, class and size; objects are
 //! numbered in file order (their dense index) and the ids are sorted once for lookups. Pass 2
 //! reads the references of each object (instance fields by the class layouts, array elements,
-//! class statics) and stores them as dense indices in one CSR array. Shallow sizes follow
+//! class statics) and stores them as dense indices in one CSR array. Only the graph stays in
+//! RAM: per-object columns (id, class, shallow size) go to temporary files ([`crate::spill`])
+//! as they are read, so that the peak is set by the references, not by everything. Shallow sizes follow
 //! HotSpot's layout: a 12-byte header and 4-byte references with compressed oops (assumed when
 //! the ids, which are addresses, span under 32 GB), 16/8 without, 8/4 on a 32-bit JVM; arrays
 //! add a 4-byte length; every object is rounded up to 8 bytes.
 
 use crate::error::{Error, Result};
-use crate::ids::IdIndex;
+use crate::ids::{IdIndex, SpilledIds};
 use crate::reader::{self, CHECKPOINT, ClassDump, FrameRecord, Header, Root, Segment, Visitor, ty};
+use crate::spill::{Spill, SpillReader, SpillWriter};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -125,18 +128,33 @@ impl Layout {
     }
 }
 
-/// The heap: classes, objects, references and roots.
+/// The references of every object in CSR form: those of object `i` are
+/// `edges[starts[i]..starts[i + 1]]`, as dense indices.
+pub struct Graph {
+    pub starts: Vec<u32>,
+    pub edges: Vec<u32>,
+}
+
+impl Graph {
+    pub fn successors(&self, i: u32) -> &[u32] {
+        &self.edges[self.starts[i as usize] as usize..self.starts[i as usize + 1] as usize]
+    }
+}
+
+/// The heap: classes, objects, references and roots. Per-object columns are on disk (see
+/// [`crate::spill`]); the reference graph is in RAM until the analysis takes it.
 pub struct Heap {
     pub header: Header,
     pub layout: Layout,
     pub classes: Vec<Class>,
+    objects: usize,
     /// Per object (dense index): its class-table index.
-    pub class_of: Vec<u32>,
+    pub class_of: Spill<u32>,
     /// Per object: shallow size in bytes.
-    pub shallow: Vec<u32>,
-    /// Successors in CSR form: the references of object `i` are `edges[starts[i]..starts[i+1]]`.
-    pub starts: Vec<u32>,
-    pub edges: Vec<u32>,
+    pub shallow: Spill<u32>,
+    /// Per class-table entry: (instances, shallow bytes).
+    pub class_totals: Vec<(u64, u64)>,
+    graph: Option<Graph>,
     /// GC roots: object and where it is held (an object may be several roots).
     pub roots: Vec<(u32, RootKind)>,
     /// Thread serial -> (thread object index, stack trace serial).
@@ -151,7 +169,7 @@ pub struct Heap {
     class_index: HashMap<u64, u32>,
     /// Dense index of a class object -> class-table index.
     class_by_object: HashMap<u32, u32>,
-    ids: IdIndex,
+    ids: SpilledIds,
     segments: Vec<Segment>,
     checkpoints: Vec<u64>,
     path: std::path::PathBuf,
@@ -159,20 +177,17 @@ pub struct Heap {
 
 impl Heap {
     pub fn objects(&self) -> usize {
-        self.class_of.len()
+        self.objects
     }
 
-    /// Dense index of the object with this id.
-    pub fn index_of(&self, id: u64) -> Option<u32> {
+    /// Dense index of the object with this id (a few reads of a temporary file).
+    pub fn index_of(&self, id: u64) -> Result<Option<u32>> {
         self.ids.get(id)
     }
 
-    pub fn successors(&self, i: u32) -> &[u32] {
-        &self.edges[self.starts[i as usize] as usize..self.starts[i as usize + 1] as usize]
-    }
-
-    pub fn class(&self, i: u32) -> &Class {
-        &self.classes[self.class_of[i as usize] as usize]
+    /// The reference graph, once: the analysis frees it as soon as it is done with it.
+    pub fn take_graph(&mut self) -> Option<Graph> {
+        self.graph.take()
     }
 
     /// The class-table index of the class with this id.
@@ -208,6 +223,7 @@ pub type Progress<'a> = &'a mut dyn FnMut(&str, u64, u64);
 /// Reads the dump at `path` into a [`Heap`].
 pub fn load(path: &Path, progress: Progress<'_>) -> Result<Heap> {
     let header = reader::read_header(path)?;
+    crate::mem_note("start");
     let mut p1 = Pass1 {
         header: &header,
         strings: HashMap::new(),
@@ -218,9 +234,11 @@ pub fn load(path: &Path, progress: Progress<'_>) -> Result<Heap> {
         roots: Vec::new(),
         classes: Vec::new(),
         class_index: HashMap::new(),
-        ids: Vec::new(),
-        class_of: Vec::new(),
-        counts: Vec::new(),
+        ids: SpillWriter::new()?,
+        class_of: SpillWriter::new()?,
+        counts: SpillWriter::new()?,
+        id_range: (u64::MAX, 0),
+        error: None,
         checkpoints: Vec::new(),
         primitive_classes: [NONE; 12],
         progress,
@@ -238,10 +256,18 @@ pub fn load(path: &Path, progress: Progress<'_>) -> Result<Heap> {
         ids,
         class_of,
         counts,
+        id_range,
+        error,
         checkpoints,
         progress,
         ..
     } = p1;
+    if let Some(e) = error {
+        return Err(e);
+    }
+    let (ids, class_of, counts) = (ids.finish()?, class_of.finish()?, counts.finish()?);
+    let objects = ids.len();
+    crate::mem_note(&format!("pass 1 ({objects} objects)"));
 
     // Names, then sizes, then the id index.
     let name = |id: u64| strings.get(&id).cloned().unwrap_or_default();
@@ -254,88 +280,123 @@ pub fn load(path: &Path, progress: Progress<'_>) -> Result<Heap> {
         }
     }
     // Class objects were entered under a placeholder class; point them at java.lang.Class.
-    let mut class_of = class_of;
-    if let Some(&placeholder) = class_index.get(&u64::MAX) {
+    let placeholder = class_index.get(&u64::MAX).copied();
+    let mut java_lang_class = None;
+    if let Some(placeholder) = placeholder {
         let real = classes
             .iter()
             .position(|c| c.id != u64::MAX && c.dumped && c.name == "java.lang.Class");
         match real {
-            Some(r) => class_of
-                .iter_mut()
-                .filter(|c| **c == placeholder)
-                .for_each(|c| *c = r as u32),
+            Some(r) => java_lang_class = Some(r as u32),
             None => classes[placeholder as usize].name = "java.lang.Class".into(),
         }
     }
-    let layout = guess_layout(&header, &ids);
-    let ids = IdIndex::build(ids).map_err(|id| Error::Corrupt {
+    let layout = guess_layout(&header, objects, id_range);
+    let index = IdIndex::build(&ids)?;
+    drop(ids);
+    let ids = index.map_err(|id| Error::Corrupt {
         record: "the heap dump",
         offset: 0,
         detail: format!("two objects have the id 0x{id:x}"),
     })?;
-    let mut heap = Heap {
-        header: header.clone(),
-        layout,
-        classes,
-        class_of,
-        shallow: counts,
-        starts: Vec::new(),
-        edges: Vec::new(),
-        roots: Vec::new(),
-        threads: HashMap::new(),
-        traces,
-        frames: HashMap::new(),
-        dangling: 0,
-        class_index: HashMap::new(),
-        class_by_object: HashMap::new(),
-        ids,
-        segments,
-        checkpoints,
-        path: path.to_path_buf(),
-    };
+    crate::mem_note("id index");
     let class_index_of = |id: u64| class_index.get(&id).copied();
-    finish_classes(&mut heap, &class_index_of);
-    heap.class_by_object = heap
-        .classes
+    finish_classes(&mut classes, &header, &layout, &ids, &class_index_of);
+    let class_by_object: HashMap<u32, u32> = classes
         .iter()
         .enumerate()
         .filter(|(_, c)| c.object != NONE)
         .map(|(i, c)| (c.object, i as u32))
         .collect();
-    heap.class_index = class_index;
-    for (i, count) in heap.shallow.iter_mut().enumerate() {
-        let c = &heap.classes[heap.class_of[i] as usize];
-        *count = match c.kind {
-            ClassKind::Instance => c.instance_size,
-            ClassKind::ObjectArray => layout.array(layout.reference, *count),
-            ClassKind::PrimitiveArray(t) => layout.array(layout.value(t), *count),
-        };
-    }
+
+    // Shallow sizes and the histogram, in one stream over the objects' classes and counts.
     // Class objects: the size of a java.lang.Class instance plus their statics.
-    let class_size = heap
-        .classes
+    let class_size = classes
         .iter()
         .find(|c| c.name == "java.lang.Class" && c.kind == ClassKind::Instance)
         .map_or(layout.header, |c| c.instance_size);
-    for c in &heap.classes {
-        if c.object != NONE {
-            let statics: u64 = c.statics.iter().map(|s| u64::from(layout.value(s.1))).sum();
-            heap.shallow[c.object as usize] =
-                Layout::align(u64::from(class_size) + statics).max(class_size);
+    let mut class_totals = vec![(0u64, 0u64); classes.len()];
+    let mut class_out = SpillWriter::new()?;
+    let mut shallow_out = SpillWriter::new()?;
+    {
+        let (mut cr, mut nr) = (class_of.reader(), counts.reader());
+        for i in 0..objects {
+            let raw = cr.next_value()?;
+            let count = nr.next_value()?;
+            let c = match java_lang_class {
+                Some(real) if Some(raw) == placeholder => real,
+                _ => raw,
+            };
+            let class = &classes[c as usize];
+            let mut size = match class.kind {
+                ClassKind::Instance => class.instance_size,
+                ClassKind::ObjectArray => layout.array(layout.reference, count),
+                ClassKind::PrimitiveArray(t) => layout.array(layout.value(t), count),
+            };
+            if Some(raw) == placeholder
+                && let Some(&ci) = class_by_object.get(&(i as u32))
+            {
+                let statics: u64 = classes[ci as usize]
+                    .statics
+                    .iter()
+                    .map(|s| u64::from(layout.value(s.1)))
+                    .sum();
+                size = Layout::align(u64::from(class_size) + statics).max(class_size);
+            }
+            let t = &mut class_totals[c as usize];
+            t.0 += 1;
+            t.1 += u64::from(size);
+            class_out.push(c)?;
+            shallow_out.push(size)?;
         }
     }
+    drop((class_of, counts));
+    let (class_of, shallow) = (class_out.finish()?, shallow_out.finish()?);
+
+    let mut threads = HashMap::new();
+    let mut dangling = 0;
+    let roots = resolve_roots(&classes, &ids, roots, &mut threads, &mut dangling);
+    let mut heap_frames = HashMap::new();
     for f in frames {
         let class = class_serials
             .get(&f.class_serial)
             .and_then(|id| class_names.get(id))
             .map(|n| java_name(n))
             .unwrap_or_default();
-        heap.frames
-            .insert(f.id, (class, name(f.method_name), f.line));
+        heap_frames.insert(f.id, (class, name(f.method_name), f.line));
     }
-    resolve_roots(&mut heap, roots);
-    pass2(&mut heap, progress)?;
-    Ok(heap)
+    crate::mem_note("before pass 2");
+    let (starts, edges, pass2_dangling) =
+        pass2(path, &header, &classes, &ids, &class_of, objects, progress)?;
+    dangling += pass2_dangling;
+    // The index goes to disk before the references come back from it.
+    let ids = ids.spill()?;
+    let graph = Graph {
+        starts,
+        edges: edges.load()?,
+    };
+    crate::mem_note(&format!("pass 2 ({} references)", graph.edges.len()));
+    Ok(Heap {
+        header,
+        layout,
+        classes,
+        objects,
+        class_of,
+        shallow,
+        class_totals,
+        graph: Some(graph),
+        roots,
+        threads,
+        traces,
+        frames: heap_frames,
+        dangling,
+        class_index,
+        class_by_object,
+        ids,
+        segments,
+        checkpoints,
+        path: path.to_path_buf(),
+    })
 }
 
 /// `java/util/HashMap` -> `java.util.HashMap`, `[I` -> `int[]`, `[[Ljava/lang/String;` ->
@@ -366,7 +427,7 @@ pub fn java_name(internal: &str) -> String {
 
 /// Compressed oops when the dump's addresses span under 32 GB (the JVM's default below a 32 GB
 /// heap); a 4-byte id size means a 32-bit JVM.
-fn guess_layout(header: &Header, ids: &[u64]) -> Layout {
+fn guess_layout(header: &Header, objects: usize, (lo, hi): (u64, u64)) -> Layout {
     if header.id_size == 4 {
         return Layout {
             header: 8,
@@ -374,10 +435,7 @@ fn guess_layout(header: &Header, ids: &[u64]) -> Layout {
             reference: 4,
         };
     }
-    let (lo, hi) = ids
-        .iter()
-        .fold((u64::MAX, 0), |(lo, hi), &id| (lo.min(id), hi.max(id)));
-    let compressed = ids.is_empty() || hi - lo < (32 << 30);
+    let compressed = objects == 0 || hi - lo < (32 << 30);
     if compressed {
         Layout {
             header: 12,
@@ -394,10 +452,16 @@ fn guess_layout(header: &Header, ids: &[u64]) -> Layout {
 }
 
 /// Instance sizes and reference offsets from the class chain; class objects' dense indices.
-fn finish_classes(heap: &mut Heap, class_index_of: &dyn Fn(u64) -> Option<u32>) {
-    let n = heap.classes.len();
+fn finish_classes(
+    classes: &mut [Class],
+    header: &Header,
+    layout: &Layout,
+    ids: &IdIndex,
+    class_index_of: &dyn Fn(u64) -> Option<u32>,
+) {
+    let n = classes.len();
     for i in 0..n {
-        if heap.classes[i].kind != ClassKind::Instance {
+        if classes[i].kind != ClassKind::Instance {
             continue;
         }
         // Own fields first, then the super class's, as instance dumps lay them out.
@@ -408,13 +472,13 @@ fn finish_classes(heap: &mut Heap, class_index_of: &dyn Fn(u64) -> Option<u32>) 
         let mut guard = 0;
         while c != NONE && guard < 1000 {
             guard += 1;
-            let class = &heap.classes[c as usize];
+            let class = &classes[c as usize];
             for (_, t) in &class.fields {
                 if *t == ty::OBJECT {
                     offsets.push(at);
                 }
-                at += reader::value_size(*t, heap.header.id_size).unwrap_or(0);
-                size += u64::from(heap.layout.value(*t));
+                at += reader::value_size(*t, header.id_size).unwrap_or(0);
+                size += u64::from(layout.value(*t));
             }
             c = if class.super_id == 0 {
                 NONE
@@ -422,30 +486,37 @@ fn finish_classes(heap: &mut Heap, class_index_of: &dyn Fn(u64) -> Option<u32>) 
                 class_index_of(class.super_id).unwrap_or(NONE)
             };
         }
-        let class = &mut heap.classes[i];
+        let class = &mut classes[i];
         class.ref_offsets = offsets;
-        class.instance_size = Layout::align(u64::from(heap.layout.header) + size);
+        class.instance_size = Layout::align(u64::from(layout.header) + size);
     }
-    for i in 0..n {
-        let id = heap.classes[i].id;
-        if heap.classes[i].dumped {
-            heap.classes[i].object = heap.index_of(id).unwrap_or(NONE);
+    for class in classes.iter_mut() {
+        if class.dumped {
+            class.object = ids.get(class.id).unwrap_or(NONE);
         }
     }
 }
 
-fn resolve_roots(heap: &mut Heap, roots: Vec<(u64, Root)>) {
+/// The GC roots as dense indices (plus every loaded class and its statics); fills the thread
+/// table and counts roots whose object is missing.
+fn resolve_roots(
+    classes: &[Class],
+    ids: &IdIndex,
+    roots: Vec<(u64, Root)>,
+    threads: &mut HashMap<u32, (u32, u32)>,
+    dangling: &mut u64,
+) -> Vec<(u32, RootKind)> {
     let mut out = Vec::new();
     for (id, root) in &roots {
         if let Root::ThreadObject { thread, trace } = root
-            && let Some(i) = heap.index_of(*id)
+            && let Some(i) = ids.get(*id)
         {
-            heap.threads.insert(*thread, (i, *trace));
+            threads.insert(*thread, (i, *trace));
         }
     }
     for (id, root) in roots {
-        let Some(i) = heap.index_of(id) else {
-            heap.dangling += 1;
+        let Some(i) = ids.get(id) else {
+            *dangling += 1;
             continue;
         };
         let kind = match root {
@@ -462,7 +533,7 @@ fn resolve_roots(heap: &mut Heap, roots: Vec<(u64, Root)>) {
         out.push((i, kind));
     }
     // Every loaded class holds its statics; classes are roots until unloaded.
-    for (ci, c) in heap.classes.iter().enumerate() {
+    for (ci, c) in classes.iter().enumerate() {
         if c.object == NONE {
             continue;
         }
@@ -470,13 +541,13 @@ fn resolve_roots(heap: &mut Heap, roots: Vec<(u64, Root)>) {
         for (name, t, value) in &c.statics {
             if *t == ty::OBJECT
                 && *value != 0
-                && let Some(i) = heap.index_of(*value)
+                && let Some(i) = ids.get(*value)
             {
                 out.push((i, RootKind::Static(ci as u32, name.clone())));
             }
         }
     }
-    heap.roots = out;
+    out
 }
 
 struct Pass1<'a, 'p> {
@@ -489,10 +560,15 @@ struct Pass1<'a, 'p> {
     roots: Vec<(u64, Root)>,
     classes: Vec<Class>,
     class_index: HashMap<u64, u32>,
-    ids: Vec<u64>,
-    class_of: Vec<u32>,
-    /// Array element counts (sizes are computed once the layout is known).
-    counts: Vec<u32>,
+    /// Per object, in file order: id, class-table index and array element count (sizes are
+    /// computed once the layout is known).
+    ids: SpillWriter<u64>,
+    class_of: SpillWriter<u32>,
+    counts: SpillWriter<u32>,
+    /// The lowest and highest id.
+    id_range: (u64, u64),
+    /// The first failure to write a spill.
+    error: Option<Error>,
     checkpoints: Vec<u64>,
     primitive_classes: [u32; 12],
     progress: Progress<'p>,
@@ -513,9 +589,15 @@ impl Pass1<'_, '_> {
         if self.ids.len().is_multiple_of(CHECKPOINT) {
             self.checkpoints.push(offset);
         }
-        self.ids.push(id);
-        self.class_of.push(class);
-        self.counts.push(count);
+        self.id_range = (self.id_range.0.min(id), self.id_range.1.max(id));
+        let r = self
+            .ids
+            .push(id)
+            .and_then(|()| self.class_of.push(class))
+            .and_then(|()| self.counts.push(count));
+        if let Err(e) = r {
+            self.error.get_or_insert(e);
+        }
     }
 
     fn name(&self, id: u64) -> String {
@@ -601,8 +683,15 @@ impl Visitor for Pass1<'_, '_> {
     }
 }
 
-struct Pass2<'h, 'p> {
-    heap: &'h mut Heap,
+struct Pass2<'a, 'p> {
+    header: &'a Header,
+    classes: &'a [Class],
+    ids: &'a IdIndex,
+    /// The objects' classes, read in step with the file.
+    class_of: SpillReader<'a, u32>,
+    starts: Vec<u32>,
+    edges: SpillWriter<u32>,
+    dangling: u64,
     next: usize,
     error: Option<Error>,
     progress: Progress<'p>,
@@ -613,39 +702,51 @@ impl Pass2<'_, '_> {
         if id == 0 {
             return;
         }
-        match self.heap.index_of(id) {
-            Some(i) => self.heap.edges.push(i),
-            None => self.heap.dangling += 1,
+        match self.ids.get(id) {
+            Some(i) => {
+                if let Err(e) = self.edges.push(i) {
+                    self.error.get_or_insert(e);
+                }
+            }
+            None => self.dangling += 1,
         }
     }
 
-    fn begin(&mut self, offset: u64, id: u64) -> bool {
+    /// Starts the next object; returns its class-table index, or `None` after an error.
+    fn begin(&mut self, offset: u64, id: u64) -> Option<u32> {
         if self.error.is_some() {
-            return false;
+            return None;
         }
-        if self.heap.index_of(id) != Some(self.next as u32) {
+        if self.ids.get(id) != Some(self.next as u32) {
             self.error = Some(Error::Corrupt {
                 record: "an object",
                 offset,
                 detail: "the file changed between the two passes".into(),
             });
-            return false;
+            return None;
         }
-        if self.heap.edges.len() >= u32::MAX as usize {
+        if self.edges.len() >= u32::MAX as usize {
             self.error = Some(Error::Corrupt {
                 record: "an object",
                 offset,
                 detail: "more than 4 billion references".into(),
             });
-            return false;
+            return None;
         }
-        self.heap.starts.push(self.heap.edges.len() as u32);
+        let class = match self.class_of.next_value() {
+            Ok(c) => c,
+            Err(e) => {
+                self.error = Some(e);
+                return None;
+            }
+        };
+        self.starts.push(self.edges.len() as u32);
         self.next += 1;
-        true
+        Some(class)
     }
 
     fn id_at(&self, bytes: &[u8], at: usize) -> u64 {
-        if self.heap.header.id_size == 4 {
+        if self.header.id_size == 4 {
             bytes.get(at..at + 4).map_or(0, |b| {
                 u64::from(u32::from_be_bytes(b.try_into().expect("4")))
             })
@@ -663,7 +764,7 @@ impl Visitor for Pass2<'_, '_> {
     }
 
     fn class_dump(&mut self, offset: u64, class: ClassDump) {
-        if !self.begin(offset, class.id) {
+        if self.begin(offset, class.id).is_none() {
             return;
         }
         self.add(class.super_id);
@@ -676,23 +777,21 @@ impl Visitor for Pass2<'_, '_> {
     }
 
     fn instance(&mut self, offset: u64, id: u64, _class_id: u64, _size: u32, fields: &[u8]) {
-        if !self.begin(offset, id) {
+        let Some(c) = self.begin(offset, id) else {
             return;
-        }
-        let c = self.heap.class_of[self.next - 1] as usize;
-        let offsets = std::mem::take(&mut self.heap.classes[c].ref_offsets);
-        for &at in &offsets {
+        };
+        let classes = self.classes;
+        for &at in &classes[c as usize].ref_offsets {
             let v = self.id_at(fields, at as usize);
             self.add(v);
         }
-        self.heap.classes[c].ref_offsets = offsets;
     }
 
     fn object_array(&mut self, offset: u64, id: u64, _class_id: u64, n: u32, elements: &[u8]) {
-        if !self.begin(offset, id) {
+        if self.begin(offset, id).is_none() {
             return;
         }
-        let size = self.heap.header.id_size as usize;
+        let size = self.header.id_size as usize;
         for k in 0..n as usize {
             let v = self.id_at(elements, k * size);
             self.add(v);
@@ -704,34 +803,45 @@ impl Visitor for Pass2<'_, '_> {
     }
 
     fn progress(&mut self, offset: u64) {
-        (self.progress)("reading references", offset, self.heap.header.file_len);
+        (self.progress)("reading references", offset, self.header.file_len);
     }
 }
 
-fn pass2(heap: &mut Heap, progress: Progress<'_>) -> Result<()> {
-    let n = heap.objects();
-    heap.starts = Vec::with_capacity(n + 1);
-    let path = heap.path.clone();
-    let header = heap.header.clone();
+/// The second pass: every object's references, as CSR starts (in RAM) and edges (spilled, to
+/// be read back at their exact size); also the references to missing objects.
+fn pass2(
+    path: &Path,
+    header: &Header,
+    classes: &[Class],
+    ids: &IdIndex,
+    class_of: &Spill<u32>,
+    objects: usize,
+    progress: Progress<'_>,
+) -> Result<(Vec<u32>, Spill<u32>, u64)> {
     let mut p2 = Pass2 {
-        heap,
+        header,
+        classes,
+        ids,
+        class_of: class_of.reader(),
+        starts: Vec::with_capacity(objects + 1),
+        edges: SpillWriter::new()?,
+        dangling: 0,
         next: 0,
         error: None,
         progress,
     };
-    reader::scan(&path, &header, &mut p2)?;
+    reader::scan(path, header, &mut p2)?;
     if let Some(e) = p2.error {
         return Err(e);
     }
-    if p2.next != n {
+    if p2.next != objects {
         return Err(Error::Corrupt {
             record: "the heap dump",
             offset: 0,
             detail: "the file changed between the two passes".into(),
         });
     }
-    let heap = p2.heap;
-    heap.starts.push(heap.edges.len() as u32);
-    heap.edges.shrink_to_fit();
-    Ok(())
+    let mut starts = p2.starts;
+    starts.push(p2.edges.len() as u32);
+    Ok((starts, p2.edges.finish()?, p2.dangling))
 }

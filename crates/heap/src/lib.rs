@@ -29,5 +29,31 @@ pub fn analyze_file(
     progress: graph::Progress<'_>,
 ) -> Result<HeapReport> {
     let heap = graph::load(path, progress)?;
-    analysis::analyze(&heap, options)
+    analysis::analyze(heap, options)
+}
+
+/// With `JVMPROF_HEAP_DEBUG` set, prints `step` with the seconds since the first note and the
+/// process's current and peak resident memory (from /proc/self/status) on stderr: where the
+/// time and the peak of an analysis go.
+pub(crate) fn mem_note(step: &str) {
+    if std::env::var_os("JVMPROF_HEAP_DEBUG").is_none() {
+        return;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(0, |kb| kb / 1024)
+    };
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let at = START.get_or_init(std::time::Instant::now).elapsed();
+    eprintln!(
+        "heap: {:6.2} s {step}: rss {} MB, peak {} MB",
+        at.as_secs_f64(),
+        field("VmRSS:"),
+        field("VmHWM:")
+    );
 }
