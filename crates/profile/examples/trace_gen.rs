@@ -50,7 +50,9 @@ impl Vm {
             Event::Enter { ns, .. }
             | Event::Exit { ns }
             | Event::Remote { ns, .. }
-            | Event::Connection { ns, .. } => *ns += self.clock,
+            | Event::Connection { ns, .. }
+            | Event::Context { ns, .. }
+            | Event::Thread { ns, .. } => *ns += self.clock,
         }
         self.threads[thread].2.push(e);
     }
