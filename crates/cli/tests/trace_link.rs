@@ -77,6 +77,23 @@ fn check(home: Option<&Path>, mode: &str) {
         "{what}: {stdout}"
     );
 
+    // The sampled ns stay the sampling's own (trace mode's tree adds exact calls, no times).
+    let p = jvmprof_profile::read_any(&file).unwrap();
+    let col = |m| p.metric_index(m).unwrap();
+    let sum = |i: usize| p.samples.iter().map(|s| s.values[i]).sum::<u64>();
+    let (samples, ns, calls) = (
+        col(jvmprof_profile::Metric::Samples),
+        col(jvmprof_profile::Metric::Ns),
+        col(jvmprof_profile::Metric::Calls),
+    );
+    assert_eq!(p.meta.metrics.len(), 3, "{what}: {:?}", p.meta.metrics);
+    assert_eq!(
+        sum(ns),
+        sum(samples) * 5_000_000,
+        "{what}: ns of the samples"
+    );
+    assert!(sum(calls) > 0, "{what}: no exact calls in the profile");
+
     // The joined trace: each request a tree with its id, and the work it handed over in trees
     // of other threads with the same id.
     let json = dir.join("link.json");

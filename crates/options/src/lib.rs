@@ -414,8 +414,10 @@ impl Options {
                 m.push(Metric::Bytecodes);
             }
         }
-        if self.trace.is_some() {
-            m.extend([Metric::Calls, Metric::Ns]);
+        if self.trace.is_some() && !m.contains(&Metric::Calls) {
+            // Exact call counts; each call's times are in the trace itself (a sampling mode's
+            // ns beside it stays the sampled time).
+            m.push(Metric::Calls);
         }
         m
     }

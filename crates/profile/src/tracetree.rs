@@ -1553,9 +1553,10 @@ impl Joined {
         json_strs(out, self.names.iter().map(String::as_str), true)?;
         // One column per walk: the parent (pre-order index, -1 for roots), name, thread, own
         // start, duration, start on the common timeline, flags (1 client, 2 server,
-        // 4 unmatched, 8 incomplete).
+        // 4 unmatched, 8 incomplete), the call tree id on a tree's root (0 elsewhere; ids stay
+        // below 2^53 while thread ids stay below 2^23).
         type Column = fn(&NodeView, &Joined, i64) -> i64;
-        let columns: [(&str, Option<Column>); 7] = [
+        let columns: [(&str, Option<Column>); 8] = [
             ("parent", None),
             ("name", Some(|n, _, _| n.name as i64)),
             ("thread", Some(|n, _, _| n.thread_index as i64)),
@@ -1573,6 +1574,7 @@ impl Joined {
                         + if n.incomplete { 8 } else { 0 }
                 }),
             ),
+            ("trace", Some(|n, _, _| n.trace_id.unwrap_or(0) as i64)),
         ];
         for (name, column) in columns {
             write!(out, ",\n\"{name}\":[")?;
@@ -1724,7 +1726,7 @@ const HTML: &str = r##"<!DOCTYPE html>
   <span id="info"></span>
   <div id="controls">
     <label>colour by <select id="colour"><option value="vm">VM</option><option value="thread">thread</option></select></label>
-    <input id="find" type="search" placeholder="Find method (Enter: next match)" spellcheck="false">
+    <input id="find" type="search" placeholder="Find method or trace id (Enter: next match)" spellcheck="false">
     <span id="found"></span>
     <button id="expand" type="button" title="Open the next levels (a few thousand rows at most)">Expand more</button>
     <button id="collapse" type="button">Collapse all</button>
@@ -1816,7 +1818,8 @@ function mkRow(i) {
   fillEl.style.setProperty("--c", "hsl(" + h + ",65%,45%)");
   bar.appendChild(fillEl); r.appendChild(bar);
   r.title = D.names[NAME[i]] + "\n" + vm + " / " + th + "\nstart " + D.start[i] + " ns on " + vm + "'s own clock\nduration " +
-    DUR[i] + " ns\n" + nk[i] + " children" + (f & 2 ? "\n(placed inside its client call, centred: clocks are not synchronised)" : "");
+    DUR[i] + " ns\n" + nk[i] + " children" + (f & 2 ? "\n(placed inside its client call, centred: clocks are not synchronised)" : "") +
+    (D.trace[i] ? "\ntrace " + D.trace[i] + " (convert --trace-id " + D.trace[i] + " cuts its samples)" : "");
   rowOf.set(i, r);
   return r;
 }
@@ -1878,7 +1881,9 @@ function find(q) {
   if (!q) { found.textContent = ""; render(); return; }
   q = q.toLowerCase();
   const nameHit = D.names.map(s => s.toLowerCase().includes(q));
-  for (let i = 0; i < N; i++) if (nameHit[NAME[i]]) { hit[i] = 1; hits.push(i); }
+  // A number finds the tree with that trace id too.
+  const id = /^[0-9]+$/.test(q) ? Number(q) : -1;
+  for (let i = 0; i < N; i++) if (nameHit[NAME[i]] || D.trace[i] === id) { hit[i] = 1; hits.push(i); }
   const opened = Math.min(hits.length, 1000);
   for (let k = 0; k < opened; k++) {
     let c = hits[k];

@@ -825,7 +825,18 @@ impl Engine for SubgraphEngine {
             }
             *lock(&self.drain) = Some(d);
         }
-        *lock(&self.calibration) = self.calibrate(jni, roots);
+        *lock(&self.calibration) = if self.trace.is_some() {
+            // Trace mode's tree keeps raw times, like its events: no correction to measure.
+            jni.call_static_void(
+                roots,
+                "setCorrection",
+                "(JJ)V",
+                &[JValue::Long(0), JValue::Long(0)],
+            );
+            (0.0, 0.0)
+        } else {
+            self.calibrate(jni, roots)
+        };
         // The hierarchy of what is loaded, and the roots among it.
         let platform = jni.platform_class_loader();
         let loaded = self.env.loaded_class_hierarchy(jni);
@@ -1131,7 +1142,7 @@ impl SubgraphEngine {
             })
             .unwrap_or_default();
         let mut c = lock(&self.collector);
-        c.merge(jni, roots, sink, &methods, last);
+        c.merge(jni, roots, sink, &methods, last, self.trace.is_none());
         if self.trace.is_some() {
             // Trace mode: the traces carry the calls; `jvmprof trace` gives their statistics.
             let instrumented = tables().as_ref().map_or(0, |t| t.instrumented_methods());
@@ -1231,11 +1242,18 @@ impl Collector {
         sink: &mut Sink,
         methods: &[(String, String)],
         last: bool,
+        timed: bool,
     ) {
         let metrics = sink.profile().meta.metrics.clone();
         let at = |m: Metric| metrics.iter().position(|x| *x == m);
         let calls_at = at(Metric::Calls);
-        let time_at = at(Metric::Ns).or(at(Metric::CpuNs));
+        // Trace mode's tree has no times (they are its events'); a sampling mode's ns beside it
+        // is that mode's own.
+        let time_at = if timed {
+            at(Metric::Ns).or(at(Metric::CpuNs))
+        } else {
+            None
+        };
         let bc_at = at(Metric::Bytecodes);
         let Some(n) = jni.call_static_int(roots, "threads", "()I", &[]) else {
             return;

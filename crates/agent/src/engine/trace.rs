@@ -36,6 +36,10 @@ const CONTEXT: i64 = 4;
 /// The thread's name from here on (a note).
 const NAME: i64 = 5;
 const TAG_BITS: u32 = 3;
+/// An ENTER's bits from here up: the number of the tree it begins on its thread (0: none).
+const TREE_SHIFT: u32 = 35;
+/// A thread's own tree's id: its `Thread.getId()` shifted by this, or its tree number.
+const TREE_ID_SHIFT: u32 = 30;
 
 /// Local variable slots of the hooked methods' arguments (`this` is 0).
 const THIS: &[u16] = &[0];
@@ -359,7 +363,7 @@ impl Drain {
                 let mut last_ns = 0;
                 for p in pairs.chunks_exact(2) {
                     let (head, ns) = (p[0], p[1]);
-                    let payload = (head >> TAG_BITS) as u64;
+                    let payload = (head as u64) >> TAG_BITS;
                     let tag = head & ((1 << TAG_BITS) - 1);
                     if tag == CONTEXT {
                         events.push(Event::Context {
@@ -372,6 +376,7 @@ impl Drain {
                     match tag {
                         ENTER => {
                             let method = payload as u32;
+                            let tree = (head as u64) >> TREE_SHIFT;
                             if self.methods_named.insert(method) {
                                 chunk.methods.push((
                                     method,
@@ -379,6 +384,12 @@ impl Drain {
                                 ));
                             }
                             events.push(Event::Enter { method, ns });
+                            if tree != 0 {
+                                events.push(Event::Context {
+                                    id: (thread << TREE_ID_SHIFT) | tree,
+                                    ns,
+                                });
+                            }
                         }
                         EXIT => events.push(Event::Exit { ns }),
                         REMOTE => {

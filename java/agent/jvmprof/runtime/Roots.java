@@ -352,25 +352,50 @@ public final class Roots {
         t.child[d] = 0;
         t.below[d] = 0;
         t.depth = d;
-        t.start[d] = now();
         if (trace) {
-            if (d == 1) {
-                long tree = openTree(t);
-                t.logged[d] = log(t, (long) id << TAG_BITS, t.start[d], 3, true);
-                if (t.logged[d]) log(t, CONTEXT, tree, 1, false);
-            } else {
-                t.logged[d] = log(t, (long) id << TAG_BITS, t.start[d], 2, true);
-            }
+            t.logged[d] = logEntry(t, id, d);
+        } else {
+            t.start[d] = now();
         }
         return n;
+    }
+
+    /**
+     * Trace mode: logs an activation's entry with its time if the ring has room for it. A call
+     * that finds none is dropped whole and never reads the clock (trace mode's tree counts
+     * calls; their times are the events').
+     */
+    private static boolean logEntry(T t, int id, int d) {
+        long head = ((long) id & 0xFFFFFFFFL) << TAG_BITS;
+        long tree = 0;
+        int need = 2;
+        if (d == 1) {
+            tree = openTree(t);
+            if (t.inherited == 0) {
+                // The thread's own tree: its number rides in the entry (no event of its own).
+                head |= (long) t.trees << TREE_SHIFT;
+            } else {
+                need = 3;
+            }
+        }
+        if (!room(t, t.loggedOpen + need)) {
+            t.dropped++;
+            return false;
+        }
+        put(t, head, now());
+        t.loggedOpen++;
+        if (need == 3) put(t, CONTEXT, tree);
+        return true;
     }
 
     // ---- trace mode: the event ring ----
 
     /**
      * Event tags (low three bits of an event's first long; the rest is a method id or a note's
-     * index). A CONTEXT event follows the entry of a thread's outermost activation; its second
-     * long is the id of the call tree it begins instead of a time. A NAME event (a note: the
+     * index; an ENTER's bits from TREE_SHIFT up hold the number of the tree it begins on its
+     * thread, 0 inside a tree). A CONTEXT event follows the entry of a thread's outermost
+     * activation when the tree is not the thread's own (a task handed over, a remote span); its
+     * second long is the tree's id instead of a time. A NAME event (a note: the
      * thread's name) comes before a thread's first tree and before any tree begun after the
      * thread was renamed (RMI names its threads after the connection they serve).
      */
@@ -417,27 +442,33 @@ public final class Roots {
      * entry 3: and its CONTEXT; others 1).
      */
     private static boolean log(T t, long head, long time, int need, boolean opens) {
-        rings(t);
-        long[] ring = t.ring;
-        int cap = ring.length / 2;
-        long free = cap - (t.written - t.taken);
         long want = (head & TAG_MASK) == EXIT ? 1 : t.loggedOpen + need;
-        if (free < want && cap < ringEvents) {
-            growRing(t);
-            ring = t.ring;
-            cap = ring.length / 2;
-            free = cap - (t.written - t.taken);
-        }
-        if (free < want) {
+        if (!room(t, want)) {
             if (opens) t.dropped++;
             return false;
         }
-        int at = (int) (t.written & (cap - 1)) * 2;
+        put(t, head, time);
+        if (opens) t.loggedOpen++;
+        return true;
+    }
+
+    /** Whether the ring has {@code want} free slots (growing it up to its bound if not). */
+    private static boolean room(T t, long want) {
+        rings(t);
+        int cap = t.ring.length / 2;
+        if (cap - (t.written - t.taken) >= want) return true;
+        if (cap >= ringEvents) return false;
+        growRing(t);
+        return t.ring.length / 2 - (t.written - t.taken) >= want;
+    }
+
+    /** Writes one event (room checked) and publishes it to the agent's drain. */
+    private static void put(T t, long head, long time) {
+        long[] ring = t.ring;
+        int at = (int) (t.written & (ring.length / 2 - 1)) * 2;
         ring[at] = head;
         ring[at + 1] = time;
         WRITTEN.setRelease(t, t.written + 1);
-        if (opens) t.loggedOpen++;
-        return true;
     }
 
     /** A note for an event: its index, or -1 when the notes ring is full. */
@@ -510,7 +541,7 @@ public final class Roots {
             endTask(n.t);
             return;
         }
-        long end = now();
+        long end = trace ? 0 : now();
         T t = n.t;
         int d = t.depth;
         if (d == 0) return;
@@ -552,20 +583,26 @@ public final class Roots {
     private static void pop(T t, long end, long bytecodes) {
         int d = t.depth;
         Node n = t.stack[d];
+        if (trace) {
+            // Calls only: the times are the events'.
+            t.stack[d] = null;
+            t.depth = d - 1;
+            if (t.logged[d]) {
+                t.logged[d] = false;
+                t.loggedOpen--;
+                log(t, EXIT, now(), 1, false);
+            }
+            // The tree ends: the thread is back in the tree of the task it runs, if any.
+            if (d == 1) publish(t, t.inherited);
+            t.calls++;
+            n.calls++;
+            return;
+        }
         long below = t.below[d];
         long incl = end - t.start[d] - ((inner256 + below * (inner256 + outer256)) >> 8);
         long self = incl - t.child[d];
         t.stack[d] = null;
         t.depth = d - 1;
-        if (trace) {
-            if (t.logged[d]) {
-                t.logged[d] = false;
-                t.loggedOpen--;
-                log(t, EXIT, end, 1, false);
-            }
-            // The tree ends: the thread is back in the tree of the task it runs, if any.
-            if (d == 1) publish(t, t.inherited);
-        }
         if (d > 1) {
             t.child[d - 1] += incl;
             t.below[d - 1] += below + 1;
@@ -622,7 +659,10 @@ public final class Roots {
     /** Set by the agent: cpu or wall samples are taken, so threads publish their trees. */
     static volatile boolean linkSamples;
     private static native java.nio.ByteBuffer contextCell(long javaThreadId);
-    static final int TREE_MASK = (1 << 30) - 1;
+    /** A thread's trees are numbered 1..TREE_MASK (then again from 1): 28 bits. */
+    static final int TREE_MASK = (1 << 28) - 1;
+    /** Where an ENTER carries its tree number: above the method id's 32 bits and the tag. */
+    static final int TREE_SHIFT = 35;
 
     public static void setLinkSamples(boolean value) {
         linkSamples = value;
