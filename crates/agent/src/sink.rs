@@ -243,7 +243,7 @@ impl Sink {
 
 /// The kind of a HotSpot-internal thread, by its kernel name (HotSpot names its threads; the
 /// compiler threads are JavaThreads hidden from JVMTI, so AsyncGetCallTrace cannot walk them).
-fn internal_thread_kind(comm: &str) -> Option<&'static str> {
+pub fn internal_thread_kind(comm: &str) -> Option<&'static str> {
     if comm.starts_with("C1 CompilerThre") || comm.starts_with("C2 CompilerThre") {
         Some("[JIT compiler]")
     } else if comm.starts_with("GC Thread")

@@ -33,6 +33,8 @@ struct Run {
     /// Sampled CPU of the groups / their real CPU.
     coverage: f64,
     engine: String,
+    /// JVM-internal threads the agent gave a CPU timer instead of a perf event.
+    internal_timers: u64,
     /// The agent's own comparison of sampled and process CPU time (`cpu_coverage`).
     process_coverage: f64,
 }
@@ -70,6 +72,11 @@ fn run(home: Option<&Path>, interval: &str, engine: &str, args: &[&str], groups:
         shares,
         coverage: got_total / real_total,
         engine: p.meta.extra.get("cpu_engine").cloned().unwrap_or_default(),
+        internal_timers: p
+            .meta
+            .extra
+            .get("cpu_timer_internal_threads")
+            .map_or(0, |v| v.parse().unwrap()),
         process_coverage: p.meta.extra["cpu_coverage"].parse().unwrap(),
     }
 }
@@ -84,6 +91,11 @@ fn check_shape(args_for: impl Fn(&str) -> Vec<String>, groups: &[&str]) {
             let args = args.as_slice();
             let r = run(home.as_deref(), interval, "auto", args, groups);
             assert!(r.engine.starts_with("perf"), "default engine {}", r.engine);
+            // JIT compiler and GC threads are on CPU timers (and still covered, below).
+            assert!(
+                r.internal_timers > 0,
+                "no JVM-internal thread on a CPU timer"
+            );
             for (g, got, real) in &r.shares {
                 assert!(
                     (got - real).abs() <= 1.5,

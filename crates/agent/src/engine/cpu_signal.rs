@@ -65,6 +65,8 @@ pub struct CpuSignal {
     recover: bool,
     /// Threads whose clock could not be made (their CPU goes unsampled).
     arm_failures: AtomicU64,
+    /// JVM-internal threads given a CPU timer in a perf-events session.
+    internal_timers: AtomicU64,
     /// Process CPU time and the writer's own at start, for the coverage line.
     cpu_at_start: AtomicU64,
     /// The agent's own threads (writer, collector link): never armed.
@@ -131,6 +133,7 @@ impl CpuSignal {
             clocks: Mutex::new(HashMap::new()),
             recover: options.recover_walks,
             arm_failures: AtomicU64::new(0),
+            internal_timers: AtomicU64::new(0),
             cpu_at_start: AtomicU64::new(0),
             own_tids,
             stats: Mutex::new(Stats::default()),
@@ -170,7 +173,7 @@ impl CpuSignal {
                 period - (used - phase) % period
             }
         };
-        let clock = match self.source {
+        let clock = match self.source_for(tid) {
             Source::Perf(scope) => PerfEvent::open(tid, period, scope)
                 .and_then(|e| e.enable(first(), period).map(|()| Clock::Perf(e))),
             Source::Timer => ThreadCpuTimer::start(tid, first(), period).map(Clock::Timer),
@@ -184,6 +187,26 @@ impl CpuSignal {
             Err(_) => {
                 self.arm_failures.fetch_add(1, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// The clock for `tid`: the session's, except that JVM-internal threads (JIT compilers,
+    /// GC, the VM thread) get a POSIX CPU timer where the session uses perf events. They have
+    /// no Java stack to walk and switch often, and a perf event costs at every context switch
+    /// (an hrtimer reprogrammed, a VM exit on a virtual machine); the timer's expiries, weighted
+    /// by their overruns, account their CPU as fully at the kernel's tick.
+    fn source_for(&self, tid: u32) -> Source {
+        match self.source {
+            Source::Perf(_)
+                if os::thread_comm(tid)
+                    .as_deref()
+                    .and_then(crate::sink::internal_thread_kind)
+                    .is_some() =>
+            {
+                self.internal_timers.fetch_add(1, Ordering::Relaxed);
+                Source::Timer
+            }
+            s => s,
         }
     }
 
@@ -354,6 +377,10 @@ impl Engine for CpuSignal {
                 .into(),
             ),
             ("lost_ring_full", lost_ring.to_string()),
+            (
+                "cpu_timer_internal_threads",
+                self.internal_timers.load(Ordering::Relaxed).to_string(),
+            ),
             (
                 "lost_unarmed_threads",
                 self.arm_failures.load(Ordering::Relaxed).to_string(),
