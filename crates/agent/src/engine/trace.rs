@@ -46,6 +46,17 @@ const THIS: &[u16] = &[0];
 const ARG1: &[u16] = &[1];
 const ARG2: &[u16] = &[2];
 
+/// A task object's constructor: it belongs to the creating thread's call tree.
+const TASK_MADE: Hook<'static> = Hook::BeforeReturn {
+    call: "handedOff",
+    args: THIS,
+};
+/// A task's run method: the worker runs it in the tree it was made in.
+const TASK_RUN: Hook<'static> = Hook::Span {
+    call: "taskRun",
+    args: THIS,
+};
+
 /// The remote-call probes for a JDK class (internal name), if it has any.
 pub fn hooks_for(class: &str) -> Option<&'static [(&'static str, &'static str, Hook<'static>)]> {
     const SOCKET: Hook<'static> = Hook::EntryField {
@@ -106,66 +117,29 @@ pub fn hooks_for(class: &str) -> Option<&'static [(&'static str, &'static str, H
         // (FutureTask, CompletableFuture's async tasks) or submitted (ThreadPoolExecutor's
         // execute, for plain Runnables), and taken when it starts running.
         "java/util/concurrent/FutureTask" => &[
-            (
-                "<init>",
-                "(Ljava/util/concurrent/Callable;)V",
-                Hook::BeforeReturn {
-                    call: "handedOff",
-                    args: THIS,
-                },
-            ),
+            ("<init>", "(Ljava/util/concurrent/Callable;)V", TASK_MADE),
             (
                 "<init>",
                 "(Ljava/lang/Runnable;Ljava/lang/Object;)V",
-                Hook::BeforeReturn {
-                    call: "handedOff",
-                    args: THIS,
-                },
+                TASK_MADE,
             ),
-            (
-                "run",
-                "()V",
-                Hook::Span {
-                    call: "taskRun",
-                    args: THIS,
-                },
-            ),
+            ("run", "()V", TASK_RUN),
         ],
         "java/util/concurrent/CompletableFuture$AsyncSupply" => &[
             (
                 "<init>",
                 "(Ljava/util/concurrent/CompletableFuture;Ljava/util/function/Supplier;)V",
-                Hook::BeforeReturn {
-                    call: "handedOff",
-                    args: THIS,
-                },
+                TASK_MADE,
             ),
-            (
-                "run",
-                "()V",
-                Hook::Span {
-                    call: "taskRun",
-                    args: THIS,
-                },
-            ),
+            ("run", "()V", TASK_RUN),
         ],
         "java/util/concurrent/CompletableFuture$AsyncRun" => &[
             (
                 "<init>",
                 "(Ljava/util/concurrent/CompletableFuture;Ljava/lang/Runnable;)V",
-                Hook::BeforeReturn {
-                    call: "handedOff",
-                    args: THIS,
-                },
+                TASK_MADE,
             ),
-            (
-                "run",
-                "()V",
-                Hook::Span {
-                    call: "taskRun",
-                    args: THIS,
-                },
-            ),
+            ("run", "()V", TASK_RUN),
         ],
         "java/util/concurrent/ThreadPoolExecutor" => &[
             (
