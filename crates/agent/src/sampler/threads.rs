@@ -9,7 +9,7 @@
 //! own thread (ThreadStart / ThreadEnd run on the thread itself), so entries never race.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 const EMPTY: u32 = 0;
 const TOMBSTONE: u32 = u32::MAX;
@@ -23,6 +23,9 @@ pub struct ThreadTable {
     contexts: Box<[AtomicU64]>,
     /// `Thread.getId()` of the thread whose context the slot holds (0: none published).
     java_ids: Box<[AtomicU64]>,
+    /// Whether any thread was given a context cell since the contexts were last cleared (the
+    /// safepoint sampler skips its scans otherwise).
+    contexts_in_use: AtomicBool,
     mask: usize,
 }
 
@@ -39,6 +42,7 @@ impl ThreadTable {
                 .collect(),
             contexts: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
             java_ids: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
+            contexts_in_use: AtomicBool::new(false),
             mask: capacity - 1,
         }
     }
@@ -118,11 +122,13 @@ impl ThreadTable {
             }
         };
         self.java_ids[idx].store(java_id, Ordering::Release);
+        self.contexts_in_use.store(true, Ordering::Release);
         Some(&self.contexts[idx])
     }
 
     /// Forgets every thread's context (a trace session ended).
     pub fn clear_contexts(&self) {
+        self.contexts_in_use.store(false, Ordering::Release);
         for c in self.contexts.iter() {
             c.store(0, Ordering::Release);
         }
@@ -131,6 +137,9 @@ impl ThreadTable {
     /// Every published context by `Thread.getId()` (for the safepoint sampler).
     pub fn contexts_by_java_id(&self) -> std::collections::HashMap<u64, u64> {
         let mut m = std::collections::HashMap::new();
+        if !self.contexts_in_use.load(Ordering::Acquire) {
+            return m;
+        }
         for idx in 0..=self.mask {
             let t = self.tids[idx].load(Ordering::Acquire);
             if t == EMPTY || t == TOMBSTONE {
