@@ -3,9 +3,13 @@
 //!
 //! Unlike a POSIX CPU timer, which the kernel checks only at the scheduler tick (4 ms at HZ=250),
 //! the task clock is driven by an hrtimer: it fires at the asked period, 1 ms included, and a
-//! short-lived or bursty thread is sampled in proportion to the CPU it used. The event delivers
-//! one signal per overflow and is then disabled until [`rearm`] (called from the signal handler)
-//! enables it for one more period, as `PERF_EVENT_IOC_REFRESH 1` does; no ring buffer is mapped.
+//! short-lived or bursty thread is sampled in proportion to the CPU it used. The event stays
+//! enabled and delivers one signal per overflow (no ring buffer is mapped, and no event limit is
+//! set, so the kernel neither disables it nor needs an ioctl from the handler to go on); the
+//! handler's only call into the kernel is one `PERF_EVENT_IOC_PERIOD` after a thread's random
+//! first period ([`after_overflow`]). async-profiler instead disables the event at each overflow
+//! and re-enables it from the handler with `PERF_EVENT_IOC_REFRESH 1`: two more syscalls per
+//! sample, and the event's hrtimer started again from the handler.
 //!
 //! `perf_event_paranoid` 2 (Debian's default) allows user-space-only events on one's own threads;
 //! [`PerfEvent::open`] first asks for kernel time too (allowed to root or with CAP_PERFMON) and
@@ -23,7 +27,7 @@ const FLAG_DISABLED: u64 = 1 << 0;
 const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
 const FLAG_EXCLUDE_HV: u64 = 1 << 6;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
-const IOC_ENABLE_REFRESH: libc::c_ulong = 0x2402;
+const IOC_ENABLE: libc::c_ulong = 0x2400;
 const IOC_RESET: libc::c_ulong = 0x2403;
 /// `_IOW('$', 4, __u64)`.
 const IOC_PERIOD: libc::c_ulong = 0x4008_2404;
@@ -61,8 +65,9 @@ pub enum Scope {
     User,
 }
 
-/// Event fds whose next period is the full interval (their first was drawn at random): the
-/// handler sets it once, then clears the fd's bit. One bit per fd below [`MAX_FD`].
+/// Event fds whose first period was drawn at random (shorter than the interval): at their first
+/// overflow the handler sets the full interval, once, and clears the fd's bit. One bit per fd
+/// below [`MAX_FD`].
 const MAX_FD: usize = 1 << 16;
 static FIRST_PENDING: [AtomicU64; MAX_FD / 64] = [const { AtomicU64::new(0) }; MAX_FD / 64];
 
@@ -76,7 +81,7 @@ pub struct PerfEvent {
 
 impl PerfEvent {
     /// Opens a disabled event on thread `tid` that, once [`enable`](Self::enable)d, sends
-    /// [`SAMPLING_SIGNAL`] to that thread after each `period_ns` of its CPU time (see [`rearm`]).
+    /// [`SAMPLING_SIGNAL`] to that thread after each `period_ns` of its CPU time.
     /// A scope the kernel refuses falls back to user time only.
     pub fn open(tid: u32, period_ns: u64, scope: Scope) -> io::Result<PerfEvent> {
         match Self::open_scoped(tid, period_ns, scope) {
@@ -109,7 +114,7 @@ impl PerfEvent {
     }
 
     /// Starts counting: the first signal comes after `first_ns` of the thread's CPU time, the
-    /// following ones every `period_ns`.
+    /// following ones every `period_ns` (once [`after_overflow`] has run for the first).
     pub fn enable(&self, first_ns: u64, period_ns: u64) -> io::Result<()> {
         let first: u64 = first_ns.clamp(1, period_ns.max(1));
         let fd = self.fd;
@@ -121,7 +126,7 @@ impl PerfEvent {
                 FIRST_PENDING[fd as usize / 64].fetch_or(1 << (fd % 64), Ordering::AcqRel);
             }
             libc::ioctl(fd, IOC_RESET, 0);
-            if libc::ioctl(fd, IOC_ENABLE_REFRESH, 1) != 0 {
+            if libc::ioctl(fd, IOC_ENABLE, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
         }
@@ -179,25 +184,24 @@ impl Drop for PerfEvent {
     }
 }
 
-/// Arms event `fd` for one more period (`period_ns` after its random first one). Called by the
-/// signal handler on the thread the event fired for. Async-signal-safe: two or three ioctls and
-/// atomics.
-pub fn rearm(fd: i32, period_ns: u64) {
-    if fd < 0 {
+/// Called by the signal handler, on the thread event `fd` fired for, after each overflow: the
+/// first overflow of an event whose first period was drawn at random sets the full
+/// `period_ns`; every other overflow costs only an atomic load. Async-signal-safe.
+pub fn after_overflow(fd: i32, period_ns: u64) {
+    if fd < 0 || fd as usize >= MAX_FD {
         return;
     }
-    // SAFETY: ioctls on a perf event fd with integer arguments, or a pointer to a u64 we own
-    // (PERIOD). An fd that is not (or no longer) a perf event makes them fail harmlessly.
+    let bit = 1u64 << (fd % 64);
+    let word = &FIRST_PENDING[fd as usize / 64];
+    if word.load(Ordering::Relaxed) & bit == 0 || word.fetch_and(!bit, Ordering::AcqRel) & bit == 0
+    {
+        return;
+    }
+    let period: u64 = period_ns.max(1);
+    // SAFETY: an ioctl on a perf event fd with a pointer to a u64 we own; an fd that is not (or
+    // no longer) a perf event makes it fail harmlessly.
     unsafe {
-        if (fd as usize) < MAX_FD {
-            let bit = 1u64 << (fd % 64);
-            if FIRST_PENDING[fd as usize / 64].fetch_and(!bit, Ordering::AcqRel) & bit != 0 {
-                let period: u64 = period_ns.max(1);
-                libc::ioctl(fd, IOC_PERIOD, &period as *const u64);
-            }
-        }
-        libc::ioctl(fd, IOC_RESET, 0);
-        libc::ioctl(fd, IOC_ENABLE_REFRESH, 1);
+        libc::ioctl(fd, IOC_PERIOD, &period as *const u64);
     }
 }
 

@@ -3,8 +3,8 @@
 //! The handler runs on whatever Java (or JVM-internal) thread a per-thread CPU timer interrupted.
 //! It reads only pre-allocated, lock-free state: the sampler pointer, the tid → JNIEnv table and
 //! the sample ring. It calls only async-signal-safe functions (gettid, clock_gettime,
-//! AsyncGetCallTrace, and on HotSpot `GetEnv` for threads that predate an attach, ioctl to re-arm
-//! a perf event), restores errno, and cannot panic (no unwrap, no unchecked index on data it did
+//! AsyncGetCallTrace, and on HotSpot `GetEnv` for threads that predate an attach, and once per
+//! thread an ioctl that gives a perf event its full period), restores errno, and cannot panic (no unwrap, no unchecked index on data it did
 //! not make).
 //!
 //! A walk AsyncGetCallTrace gives up on is retried once the way HotSpot itself would see the
@@ -13,8 +13,8 @@
 //!
 //! Each sample carries a weight: a POSIX CPU timer is checked only at the scheduler tick, so
 //! expirations it noticed late arrive as one signal with the missed ones in `si_overrun`, and
-//! the sample stands for `1 + si_overrun` periods. A perf event fires on time (weight 1) and is
-//! re-armed here for its next period.
+//! the sample stands for `1 + si_overrun` periods. A perf event fires on time (weight 1) and
+//! stays armed.
 
 #![allow(unsafe_code)]
 
@@ -38,7 +38,7 @@ pub struct SignalSampler {
     pub asgct: AsgctFn,
     pub vm: Vm,
     pub active: AtomicBool,
-    /// The running session's sampling period, for re-arming perf events.
+    /// The running session's sampling period, set on a perf event after its first one.
     pub period_ns: AtomicU64,
     /// HotSpot's offsets for retrying failed walks, once found (on the writer thread).
     pub anchors: OnceLock<Anchors>,
@@ -85,7 +85,7 @@ extern "C" fn on_signal(_signo: i32, info: *mut os::SigInfo, ucontext: *mut c_vo
             };
             record(sampler, ucontext, weight);
             if let SignalSource::Fd(fd) = source {
-                perf::rearm(fd, sampler.period_ns.load(Ordering::Relaxed));
+                perf::after_overflow(fd, sampler.period_ns.load(Ordering::Relaxed));
             }
         }
     }
