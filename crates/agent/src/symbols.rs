@@ -5,10 +5,13 @@ use jvmprof_jvmti::{Env, Jni, MethodId, MethodInfo};
 use jvmprof_profile::{Frame, FrameKind, ProfileBuilder};
 use std::collections::HashMap;
 
+type FastHash = foldhash::fast::RandomState;
+
 #[derive(Default)]
 pub struct Symbols {
-    methods: HashMap<MethodId, Option<MethodInfo>>,
-    frames: HashMap<(MethodId, i64), u32>,
+    methods: HashMap<MethodId, Option<MethodInfo>, FastHash>,
+    /// Looked up for every frame of every sample not already cached by stack: hence foldhash.
+    frames: HashMap<(MethodId, i64), u32, FastHash>,
     synthetic: HashMap<String, u32>,
 }
 
