@@ -94,10 +94,11 @@ struct Stats {
 const RAW_STACK_WORDS: usize = 1 << 19;
 
 /// Stacks as the ring holds them (jmethodIDs and line fields, and whether the walk reached the
-/// session's depth) mapped to the profile stack they became. At 1 ms most samples repeat a stack
-/// already seen, and one hash of the raw frames replaces a symbol lookup and a stack-tree step
-/// per frame (about 10 µs of the writer's time for a 100-frame javac stack). jmethodIDs are
-/// never reused for another method, so an entry stays right for the session.
+/// session's depth) mapped to the profile stack they became. For a stack seen before, one hash
+/// of the raw frames replaces a symbol lookup and a stack-tree step per frame (a few µs of the
+/// writer's time for a 100-frame stack); loops repeat their stacks often, javac seldom (12k
+/// distinct stacks in 14k samples at 1 ms), where a miss costs the hash and one copy. jmethodIDs
+/// are never reused for another method, so an entry stays right for the session.
 #[derive(Default)]
 struct RawStacks {
     map: HashMap<Box<[u64]>, u32, foldhash::fast::RandomState>,
@@ -343,21 +344,21 @@ impl Engine for CpuSignal {
                     sink.stack(&stack)
                 })
             } else {
-                if let Some(kind) = internal {
+                let frame = if let Some(kind) = internal {
                     // A JVM-internal thread (JIT compiler, GC, VM thread): no Java stack to walk.
                     stats.non_java += 1;
-                    stack.push(sink.synthetic(kind));
+                    sink.synthetic(kind)
                 } else if header.num_frames == THREAD_START {
-                    stack.push(sink.synthetic("[thread start]"));
+                    sink.synthetic("[thread start]")
                 } else if header.num_frames == NO_JNI_ENV {
                     stats.non_java += 1;
-                    stack.push(sink.synthetic("[JVM internal]"));
+                    sink.synthetic("[JVM internal]")
                 } else {
                     let reason = asgct::failure_reason(header.num_frames);
                     *stats.walk_failures.entry(reason).or_default() += 1;
-                    stack.push(sink.synthetic(&format!("[unknown: {reason}]")));
-                }
-                sink.stack(&stack)
+                    sink.synthetic(&format!("[unknown: {reason}]"))
+                };
+                sink.stack(&[frame])
             };
             let weight = weight.min(u32::MAX as u64) as u32;
             sink.add_at(

@@ -4,8 +4,8 @@
 //! It reads only pre-allocated, lock-free state: the sampler pointer, the tid → JNIEnv table and
 //! the sample ring. It calls only async-signal-safe functions (gettid, clock_gettime,
 //! AsyncGetCallTrace, and on HotSpot `GetEnv` for threads that predate an attach, and once per
-//! thread an ioctl that gives a perf event its full period), restores errno, and cannot panic (no unwrap, no unchecked index on data it did
-//! not make).
+//! thread an ioctl that gives a perf event its full period), restores errno, and cannot panic
+//! (no unwrap, no unchecked index on data it did not make).
 //!
 //! A walk AsyncGetCallTrace gives up on is retried once the way HotSpot itself would see the
 //! frame ([`vmstructs`]): from the last Java frame anchor made walkable, or from the caller of an
