@@ -86,46 +86,90 @@ struct Stats {
     weighted: u64,
     /// Samples whose first walk failed and whose retry got the stack.
     recovered: u64,
-    /// Raw stacks already turned into profile stacks.
-    raw_stacks: RawStacks,
+    /// Each thread's last stack, whose shared part a new sample reuses.
+    last_stacks: LastStacks,
 }
 
-/// The most words [`RawStacks`] keeps (4 MiB); it starts over when full.
-const RAW_STACK_WORDS: usize = 1 << 19;
+/// The most threads [`LastStacks`] remembers; it starts over beyond (tids are reused, so the
+/// table would otherwise grow with thread churn).
+const LAST_STACK_THREADS: usize = 4096;
 
-/// Stacks as the ring holds them (jmethodIDs and line fields, and whether the walk reached the
-/// session's depth) mapped to the profile stack they became. For a stack seen before, one hash
-/// of the raw frames replaces a symbol lookup and a stack-tree step per frame (a few µs of the
-/// writer's time for a 100-frame stack); loops repeat their stacks often, javac seldom (12k
-/// distinct stacks in 14k samples at 1 ms), where a miss costs the hash and one copy. jmethodIDs
-/// are never reused for another method, so an entry stays right for the session.
+/// A frame key that stands for the `[truncated]` root of a walk that reached the depth.
+const TRUNCATED_KEY: (u64, u32) = (u64::MAX, u32::MAX);
+
+/// Each thread's previous stack, root first, as the ring holds it (jmethodID and line field per
+/// frame), with the profile stack of every prefix. A new sample of the thread shares the root
+/// part of its stack with the previous one (1 ms apart, a thread has seldom left its callers):
+/// that part costs one comparison per frame, and only the frames above it take a symbol lookup
+/// and a stack-tree step. On javac at 1 ms, where 12k of 14k stacks are distinct, a full
+/// conversion per sample was a quarter of the writer's time. jmethodIDs are never reused for
+/// another method, so a remembered prefix stays right for the session.
 #[derive(Default)]
-struct RawStacks {
-    map: HashMap<Box<[u64]>, u32, foldhash::fast::RandomState>,
-    words: usize,
-    key: Vec<u64>,
+struct LastStacks {
+    threads: HashMap<u32, LastStack, foldhash::fast::RandomState>,
 }
 
-impl RawStacks {
-    /// The profile stack of `frames` (top first), made by `make` the first time.
-    fn stack(&mut self, truncated: bool, frames: &[CallFrame], make: impl FnOnce() -> u32) -> u32 {
-        self.key.clear();
-        self.key.push(truncated as u64);
-        for f in frames {
-            self.key.push(f.method_id as u64);
-            self.key.push(f.lineno as u32 as u64);
+#[derive(Default)]
+struct LastStack {
+    keys: Vec<(u64, u32)>,
+    ids: Vec<u32>,
+}
+
+impl LastStacks {
+    /// The profile stack of `frames` (top first) sampled on `tid`; `frame` makes the profile
+    /// frame of a key (one of `frames`, or [`TRUNCATED_KEY`]) for the part not shared.
+    fn stack<T: StackTree>(
+        &mut self,
+        tid: u32,
+        truncated: bool,
+        frames: &[CallFrame],
+        sink: &mut T,
+        mut frame: impl FnMut(&mut T, (u64, u32)) -> u32,
+    ) -> u32 {
+        if self.threads.len() >= LAST_STACK_THREADS && !self.threads.contains_key(&tid) {
+            self.threads.clear();
         }
-        if let Some(&id) = self.map.get(self.key.as_slice()) {
-            return id;
+        let last = self.threads.entry(tid).or_default();
+        let keys = truncated.then_some(TRUNCATED_KEY).into_iter().chain(
+            frames
+                .iter()
+                .rev()
+                .map(|f| (f.method_id as usize as u64, f.lineno as u32)),
+        );
+        let mut depth = 0;
+        let mut parent = None;
+        for key in keys {
+            if depth < last.keys.len() && last.keys[depth] == key {
+                parent = Some(last.ids[depth]);
+            } else {
+                last.keys.truncate(depth);
+                last.ids.truncate(depth);
+                let f = frame(sink, key);
+                let id = sink.child_stack(parent, f);
+                last.keys.push(key);
+                last.ids.push(id);
+                parent = Some(id);
+            }
+            depth += 1;
         }
-        let id = make();
-        if self.words + self.key.len() > RAW_STACK_WORDS {
-            self.map.clear();
-            self.words = 0;
-        }
-        self.words += self.key.len();
-        self.map.insert(self.key.as_slice().into(), id);
-        id
+        last.keys.truncate(depth);
+        last.ids.truncate(depth);
+        parent.unwrap_or_else(|| sink.stack(&[]))
+    }
+}
+
+/// Where [`LastStacks`] interns stacks: the session's sink (or, in tests, a bare builder).
+trait StackTree {
+    fn child_stack(&mut self, parent: Option<u32>, frame: u32) -> u32;
+    fn stack(&mut self, frames: &[u32]) -> u32;
+}
+
+impl StackTree for Sink {
+    fn child_stack(&mut self, parent: Option<u32>, frame: u32) -> u32 {
+        Sink::child_stack(self, parent, frame)
+    }
+    fn stack(&mut self, frames: &[u32]) -> u32 {
+        Sink::stack(self, frames)
     }
 }
 
@@ -308,11 +352,8 @@ impl Engine for CpuSignal {
     fn poll(&self, jni: &Jni, sink: &mut Sink) {
         let mut stats = lock(&self.stats);
         let depth = self.depth;
-        let ring_depth = self.sampler.ring.depth();
-        let mut stack: Vec<u32> = Vec::with_capacity(ring_depth + 1);
         let interval_ns = self.interval_ns;
         self.sampler.ring.drain(|header, frames: &[CallFrame]| {
-            stack.clear();
             let weight = header.weight.max(1) as u64;
             stats.periods += weight;
             if weight > 1 {
@@ -329,20 +370,21 @@ impl Engine for CpuSignal {
             let stack_id = if header.num_frames > 0 {
                 let truncated = header.num_frames as usize >= depth;
                 let frames = &frames[..frames.len().min(depth)];
-                stats.raw_stacks.stack(truncated, frames, || {
-                    if truncated {
-                        stack.push(sink.synthetic("[truncated]"));
-                    }
-                    for f in frames.iter().rev() {
-                        let frame = if f.method_id.is_null() {
+                stats.last_stacks.stack(
+                    header.tid,
+                    truncated,
+                    frames,
+                    sink,
+                    |sink, (method, line)| {
+                        if (method, line) == TRUNCATED_KEY {
+                            sink.synthetic("[truncated]")
+                        } else if method == 0 {
                             sink.synthetic("[unknown method]")
                         } else {
-                            sink.java_frame(jni, MethodId(f.method_id as usize), f.lineno as i64)
-                        };
-                        stack.push(frame);
-                    }
-                    sink.stack(&stack)
-                })
+                            sink.java_frame(jni, MethodId(method as usize), line as i32 as i64)
+                        }
+                    },
+                )
             } else {
                 let frame = if let Some(kind) = internal {
                     // A JVM-internal thread (JIT compiler, GC, VM thread): no Java stack to walk.
@@ -456,4 +498,79 @@ fn splitmix64(x: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jvmprof_profile::{Frame, Meta, ProfileBuilder};
+
+    impl StackTree for ProfileBuilder {
+        fn child_stack(&mut self, parent: Option<u32>, frame: u32) -> u32 {
+            ProfileBuilder::child_stack(self, parent, frame)
+        }
+        fn stack(&mut self, frames: &[u32]) -> u32 {
+            ProfileBuilder::stack(self, frames)
+        }
+    }
+
+    fn frame_of(b: &mut ProfileBuilder, (method, line): (u64, u32)) -> u32 {
+        let name = if (method, line) == TRUNCATED_KEY {
+            "[truncated]".to_string()
+        } else {
+            format!("m{method}")
+        };
+        b.frame(Frame::java("C", &name, &line.to_string(), 0))
+    }
+
+    #[test]
+    fn a_stack_built_from_the_last_one_is_the_stack_built_whole() {
+        // Samples of two threads, interleaved: repeats, a deeper and a shallower stack, a new
+        // root, the same frames truncated, a negative line field, then a thread-table reset.
+        type Walk = (u32, bool, &'static [(u64, i32)]);
+        let walks: &[Walk] = &[
+            (1, false, &[(3, 30), (2, 20), (1, 10)]),
+            (1, false, &[(3, 30), (2, 20), (1, 10)]),
+            (2, false, &[(4, 40), (2, 20), (1, 10)]),
+            (1, false, &[(5, 50), (3, 31), (2, 20), (1, 10)]),
+            (1, false, &[(2, 20), (1, 10)]),
+            (1, false, &[(2, 20), (9, 10)]),
+            (2, true, &[(4, 40), (2, 20), (1, 10)]),
+            (2, false, &[(4, -3), (2, 20), (1, 10)]),
+            (1, false, &[(7, 1)]),
+        ];
+        let mut last = LastStacks::default();
+        let mut b = ProfileBuilder::new(Meta::default());
+        for &(tid, truncated, walk) in walks.iter().chain(walks) {
+            let frames: Vec<CallFrame> = walk
+                .iter()
+                .map(|&(m, l)| CallFrame {
+                    lineno: l,
+                    method_id: std::ptr::without_provenance_mut(m as usize),
+                })
+                .collect();
+            let got = last.stack(tid, truncated, &frames, &mut b, frame_of);
+            let mut whole: Vec<u32> = Vec::new();
+            if truncated {
+                whole.push(frame_of(&mut b, TRUNCATED_KEY));
+            }
+            for &(m, l) in walk.iter().rev() {
+                whole.push(frame_of(&mut b, (m, l as u32)));
+            }
+            assert_eq!(
+                got,
+                b.stack(&whole),
+                "tid {tid} walk {walk:?} truncated {truncated}"
+            );
+        }
+        // Past the thread limit the table starts over instead of growing.
+        let one = [CallFrame {
+            lineno: 1,
+            method_id: std::ptr::without_provenance_mut(1),
+        }];
+        for tid in 0..(LAST_STACK_THREADS as u32 + 10) {
+            last.stack(tid, false, &one, &mut b, frame_of);
+        }
+        assert!(last.threads.len() <= LAST_STACK_THREADS);
+    }
 }
