@@ -7,7 +7,7 @@ use crate::options::Options;
 use crate::state::{AgentState, lock};
 use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 /// What the session shares between its writer thread and the JVMTI thread callbacks.
@@ -17,13 +17,34 @@ pub struct Shared {
     /// The agent's own threads (writer, collector link): never sampled.
     pub own_tids: Arc<Mutex<HashSet<u32>>>,
     pub stop: Mutex<bool>,
-    pub wake: Condvar,
+    /// Wakes the writer for `stop` and `flush_now` (None if no eventfd could be made: the
+    /// writer then looks at the flags every few milliseconds).
+    pub waker: Option<jvmprof_jvmti::os::Waker>,
     /// Write the profile so far now (set on an OutOfMemoryError).
     pub flush_now: std::sync::atomic::AtomicBool,
     /// Samples taken so far, for the status file.
     pub samples: AtomicU64,
     /// When the session started (Unix ms).
     pub started_unix_ms: u64,
+}
+
+impl Shared {
+    fn wake(&self) {
+        if let Some(w) = &self.waker {
+            w.wake();
+        }
+    }
+
+    /// The writer's wait for its next poll: until `timeout` passes or `stop` or `flush_now`
+    /// wakes it.
+    pub fn wait(&self, timeout: Duration) {
+        match &self.waker {
+            Some(w) => {
+                w.wait(timeout);
+            }
+            None => std::thread::sleep(timeout.min(Duration::from_millis(5))),
+        }
+    }
 }
 
 pub struct Session {
@@ -49,7 +70,7 @@ impl Session {
             engines,
             own_tids,
             stop: Mutex::new(false),
-            wake: Condvar::new(),
+            waker: jvmprof_jvmti::os::Waker::new().ok(),
             flush_now: std::sync::atomic::AtomicBool::new(false),
             samples: AtomicU64::new(0),
             started_unix_ms: unix_ms(),
@@ -95,8 +116,7 @@ impl Session {
         self.shared
             .flush_now
             .store(true, std::sync::atomic::Ordering::Release);
-        let _guard = lock(&self.shared.stop);
-        self.shared.wake.notify_all();
+        self.shared.wake();
     }
 
     pub fn finished(&self) -> bool {
@@ -106,7 +126,7 @@ impl Session {
     /// Stops sampling, waits (bounded) for the profile to be written and returns what happened.
     pub fn stop(mut self) -> Result<String, String> {
         *lock(&self.shared.stop) = true;
-        self.shared.wake.notify_all();
+        self.shared.wake();
         let result = self
             .done
             .recv_timeout(Duration::from_secs(60))

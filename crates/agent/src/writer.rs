@@ -23,9 +23,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// written.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(1);
 
-/// The longest the writer sleeps before it looks at the stop and flush flags again.
-const WAIT_SLICE: Duration = Duration::from_millis(5);
-
 /// The writer thread's body.
 pub fn run(
     state: &'static AgentState,
@@ -69,10 +66,7 @@ pub fn run(
         .unwrap_or(HOUSEKEEPING_EVERY);
     let mut next = Instant::now() + tick;
     loop {
-        // Sleeps in short slices, looking at the stop and flush flags between them, rather than
-        // a timed wait on the condition variable: that waits until an absolute time computed
-        // from the clock the process sees, which libfaketime moves (a JVM run with its clock
-        // an hour ahead never woke, so `duration` and trace draining stopped).
+        // Waits for the next poll, woken early by `stop` and `flush_now` (see `Shared::wait`).
         loop {
             if *lock(&shared.stop) {
                 break;
@@ -81,7 +75,7 @@ pub fn run(
             if now >= next || shared.flush_now.load(std::sync::atomic::Ordering::Acquire) {
                 break;
             }
-            std::thread::sleep(next.saturating_duration_since(now).min(WAIT_SLICE));
+            shared.wait(next - now);
         }
         if *lock(&shared.stop) {
             break;

@@ -1,4 +1,5 @@
-//! POSIX calls for the sampler: a SIGPROF handler, per-thread CPU-time timers, thread ids.
+//! POSIX calls for the sampler: a SIGPROF handler, per-thread CPU-time timers, thread ids, and
+//! the writer's wake-up.
 //!
 //! A per-thread CPU-time timer ticks only while its thread runs on a CPU, so sampling with one
 //! timer per thread is thread-aware: a sleeping or blocked thread gets no sample. Timers are made
@@ -232,6 +233,59 @@ pub fn process_thread_ids() -> Vec<u32> {
 pub fn thread_comm(tid: u32) -> Option<String> {
     let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
     Some(s.trim_end_matches('\n').to_string())
+}
+
+/// A wake-up that one thread sends to another waiting with a relative timeout: an eventfd,
+/// polled. Unlike a condition variable's or a futex's wait, whose deadline is an absolute time
+/// read from the process's clock, it is not moved by a faked clock (libfaketime set an hour
+/// ahead left such a wait asleep).
+pub struct Waker(std::os::fd::OwnedFd);
+
+impl Waker {
+    pub fn new() -> io::Result<Waker> {
+        // SAFETY: eventfd takes no pointers; a non-negative result is a new descriptor we own.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        Ok(Waker(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }))
+    }
+
+    /// Wakes the waiter (now, or at its next wait).
+    pub fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes the 8 bytes of `one` to our eventfd; a full counter (EAGAIN) already
+        // means "woken".
+        let _ = unsafe {
+            libc::write(
+                std::os::fd::AsRawFd::as_raw_fd(&self.0),
+                (&one as *const u64).cast(),
+                8,
+            )
+        };
+    }
+
+    /// Waits until woken or `timeout` (rounded up to a millisecond) has passed; true when
+    /// woken. A wake-up is consumed by the wait that sees it.
+    pub fn wait(&self, timeout: std::time::Duration) -> bool {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.0);
+        let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd on this stack; poll's timeout is relative.
+        let ready = unsafe { libc::poll(&mut p, 1, ms) };
+        if ready <= 0 {
+            return false;
+        }
+        let mut count: u64 = 0;
+        // SAFETY: reads 8 bytes into `count` from our non-blocking eventfd (resets it to 0).
+        let _ = unsafe { libc::read(fd, (&mut count as *mut u64).cast(), 8) };
+        true
+    }
 }
 
 /// CLOCK_MONOTONIC in nanoseconds. Async-signal-safe (clock_gettime is on POSIX's list).

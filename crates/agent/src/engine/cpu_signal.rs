@@ -27,10 +27,17 @@ use jvmprof_profile::{Metric, ThreadState};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 /// Slots in the CPU sample ring. At 1 ms on every core of a 2-core machine the writer, draining
-/// every 10 ms, finds about 20 samples; 1024 leaves room for bursts and many cores.
+/// every 50 ms, finds about 100 samples; 1024 leaves room for bursts, and for more cores the
+/// writer drains more often ([`CpuSignal::period`]).
 const RING_CAPACITY: usize = 1024;
+
+/// The writer's polls of the ring: as seldom as this (each wake-up of the writer preempts a
+/// thread of the application), as often as that (many cores at a short interval).
+const LONGEST_POLL: Duration = Duration::from_millis(50);
+const SHORTEST_POLL: Duration = Duration::from_millis(10);
 
 /// The most CPU a thread is taken to have used starting up before its ThreadStart event.
 const MAX_START_UP_CPU_NS: u64 = 10_000_000;
@@ -327,6 +334,14 @@ impl CpuSignal {
 impl Engine for CpuSignal {
     fn name(&self) -> &'static str {
         "asgct"
+    }
+
+    /// Often enough that every CPU sampled at the interval fills at most a quarter of the ring
+    /// between two polls, within [`SHORTEST_POLL`, `LONGEST_POLL`].
+    fn period(&self) -> Duration {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        let ns = (RING_CAPACITY as u64 / 4).saturating_mul(self.interval_ns) / cpus;
+        Duration::from_nanos(ns).clamp(SHORTEST_POLL, LONGEST_POLL)
     }
 
     fn start(&self, jni: &Jni) -> Result<(), String> {
