@@ -16,7 +16,8 @@ pub struct Shared {
     pub engines: Vec<Box<dyn engine::Engine>>,
     /// The agent's own threads (writer, collector link): never sampled.
     pub own_tids: Arc<Mutex<HashSet<u32>>>,
-    pub stop: Mutex<bool>,
+    /// End the session (set by `stop`; the writer looks at it before and after each wait).
+    pub stop: std::sync::atomic::AtomicBool,
     /// Wakes the writer for `stop` and `flush_now` (None if no eventfd could be made: the
     /// writer then looks at the flags every few milliseconds).
     pub waker: Option<jvmprof_jvmti::os::Waker>,
@@ -39,9 +40,7 @@ impl Shared {
     /// wakes it.
     pub fn wait(&self, timeout: Duration) {
         match &self.waker {
-            Some(w) => {
-                w.wait(timeout);
-            }
+            Some(w) => w.wait(timeout),
             None => std::thread::sleep(timeout.min(Duration::from_millis(5))),
         }
     }
@@ -69,7 +68,7 @@ impl Session {
             options,
             engines,
             own_tids,
-            stop: Mutex::new(false),
+            stop: std::sync::atomic::AtomicBool::new(false),
             waker: jvmprof_jvmti::os::Waker::new().ok(),
             flush_now: std::sync::atomic::AtomicBool::new(false),
             samples: AtomicU64::new(0),
@@ -125,7 +124,9 @@ impl Session {
 
     /// Stops sampling, waits (bounded) for the profile to be written and returns what happened.
     pub fn stop(mut self) -> Result<String, String> {
-        *lock(&self.shared.stop) = true;
+        self.shared
+            .stop
+            .store(true, std::sync::atomic::Ordering::Release);
         self.shared.wake();
         let result = self
             .done

@@ -68,7 +68,7 @@ pub fn run(
     loop {
         // Waits for the next poll, woken early by `stop` and `flush_now` (see `Shared::wait`).
         loop {
-            if *lock(&shared.stop) {
+            if shared.stop.load(Ordering::Acquire) {
                 break;
             }
             let now = Instant::now();
@@ -77,7 +77,7 @@ pub fn run(
             }
             shared.wait(next - now);
         }
-        if *lock(&shared.stop) {
+        if shared.stop.load(Ordering::Acquire) {
             break;
         }
         next += tick;

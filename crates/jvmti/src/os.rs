@@ -266,9 +266,9 @@ impl Waker {
         };
     }
 
-    /// Waits until woken or `timeout` (rounded up to a millisecond) has passed; true when
-    /// woken. A wake-up is consumed by the wait that sees it.
-    pub fn wait(&self, timeout: std::time::Duration) -> bool {
+    /// Waits until woken or `timeout` (rounded up to a millisecond) has passed. A wake-up is
+    /// consumed by the wait that sees it.
+    pub fn wait(&self, timeout: std::time::Duration) {
         let fd = std::os::fd::AsRawFd::as_raw_fd(&self.0);
         let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
         let mut p = libc::pollfd {
@@ -278,13 +278,11 @@ impl Waker {
         };
         // SAFETY: one valid pollfd on this stack; poll's timeout is relative.
         let ready = unsafe { libc::poll(&mut p, 1, ms) };
-        if ready <= 0 {
-            return false;
+        if ready > 0 {
+            let mut count: u64 = 0;
+            // SAFETY: reads 8 bytes into `count` from our non-blocking eventfd (resets it to 0).
+            let _ = unsafe { libc::read(fd, (&mut count as *mut u64).cast(), 8) };
         }
-        let mut count: u64 = 0;
-        // SAFETY: reads 8 bytes into `count` from our non-blocking eventfd (resets it to 0).
-        let _ = unsafe { libc::read(fd, (&mut count as *mut u64).cast(), 8) };
-        true
     }
 }
 
