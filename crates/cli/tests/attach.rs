@@ -264,12 +264,27 @@ fn refuses_to_signal_a_process_that_does_not_handle_sigquit() {
     child.wait().unwrap();
 }
 
-/// A socket left at `/tmp/.java_pid<pid>` by a JVM that died with this pid: bound, then closed.
+/// A socket left at `/tmp/.java_pid<pid>` by a JVM that died with this pid: nobody listens on it,
+/// so a connection is refused.
+///
+/// The socket is bound and closed without ever listening. A listening one (`UnixListener::bind`)
+/// would accept connections while a child forked by a parallel test still holds the descriptor
+/// before its exec closes it: our probe then connects, and the read fails when the exec resets
+/// the connection. That flaked once in CI.
 fn plant_stale_socket(pid: u32) -> PathBuf {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketType, bind, socket};
     let path = PathBuf::from(format!("/tmp/.java_pid{pid}"));
     let _ = std::fs::remove_file(&path);
-    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let fd = socket(AddressFamily::UNIX, SocketType::STREAM, None).unwrap();
+    bind(&fd, &SocketAddrUnix::new(&path).unwrap()).unwrap();
+    drop(fd);
     assert!(path.exists());
+    let refused = std::os::unix::net::UnixStream::connect(&path).unwrap_err();
+    assert_eq!(
+        refused.kind(),
+        std::io::ErrorKind::ConnectionRefused,
+        "{refused}"
+    );
     path
 }
 
