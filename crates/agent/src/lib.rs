@@ -10,6 +10,7 @@
 //! This file holds the JVM's entry points only (each behind the bindings' catch_unwind). The
 //! rest, in the order a sample travels:
 //! - [`state`]: the one agent state (JVMTI env, thread tables, the session);
+//! - [`names`]: Java thread names by tid, kept until the thread's last samples are named;
 //! - [`session`]: a session's start and stop;
 //! - [`engine`]: every source of samples behind one trait — where each kind of sample is born;
 //! - [`sink`]: the one sink the engines feed, which symbolises each sample once;
@@ -21,6 +22,7 @@
 pub mod dump;
 pub mod engine;
 mod heapdump;
+pub mod names;
 /// The options type, shared with the CLI.
 pub use jvmprof_options as options;
 pub mod sampler;
@@ -78,7 +80,7 @@ fn register_current_thread(context: &CallbackContext<'_>, thread: jni::jthread) 
     s.threads.insert_with_stack(tid, jni.as_ptr(), stack);
     let env = Env::from_context(context);
     if let Some(name) = jni.with_local_frame(4, || env.thread_name(&jni, event_thread(thread))) {
-        lock(&s.names).insert(tid, name);
+        lock(&s.names).started(tid, name);
     }
     if let Some(session) = lock(&s.session).as_ref() {
         session.thread_started(tid);
@@ -276,9 +278,14 @@ impl Agent for JvmprofAgent {
     fn thread_end(&self, _context: CallbackContext<'_>, _event: ThreadEvent) {
         let Some(s) = state::get() else { return };
         let tid = os::gettid();
-        if let Some(session) = lock(&s.session).as_ref() {
+        let session = lock(&s.session);
+        if let Some(session) = session.as_ref() {
             session.thread_ended(tid);
         }
+        // A running session's writer names this thread's last samples, then forgets it.
+        let keep = session.as_ref().is_some_and(|s| !s.finished());
+        drop(session);
+        lock(&s.names).ended(tid, keep);
         s.threads.remove(tid);
     }
 

@@ -6,6 +6,7 @@
 //! and bci), stacks as (parent, frame) prefixes, and samples. Everything downstream (the native
 //! file, the collector link) reads those records; nothing re-symbolises.
 
+use crate::names::ThreadNames;
 use crate::symbols::Symbols;
 use jvmprof_jvmti::{Env, Jni, MethodId};
 use jvmprof_profile::{Frame, Meta, Metric, Profile, ProfileBuilder, Thread, ThreadState};
@@ -17,7 +18,7 @@ pub struct Sink {
     symbols: Symbols,
     env: Env,
     /// tid → Java thread name, filled at ThreadStart (the agent state's table).
-    names: &'static Mutex<HashMap<u32, String>>,
+    names: &'static Mutex<ThreadNames>,
     /// tid → profile thread index and, for JVM-internal threads, their kind.
     by_tid: HashMap<u32, (u32, Option<&'static str>)>,
     depth: usize,
@@ -37,12 +38,7 @@ pub struct Sink {
 pub const MAX_TIMELINE: usize = 1 << 20;
 
 impl Sink {
-    pub fn new(
-        meta: Meta,
-        env: Env,
-        names: &'static Mutex<HashMap<u32, String>>,
-        depth: usize,
-    ) -> Sink {
+    pub fn new(meta: Meta, env: Env, names: &'static Mutex<ThreadNames>, depth: usize) -> Sink {
         let start_ns = jvmprof_jvmti::os::monotonic_ns();
         let mut meta = meta;
         // Timeline offsets count from here; with it a user (or a test) can line the timeline
@@ -100,8 +96,8 @@ impl Sink {
             .names
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&tid)
-            .cloned();
+            .get(tid)
+            .map(str::to_string);
         let comm = jvmprof_jvmti::os::thread_comm(tid);
         let internal = match (&java_name, &comm) {
             (None, Some(c)) => internal_thread_kind(c),
@@ -116,6 +112,12 @@ impl Sink {
         });
         self.by_tid.insert(tid, (id, internal));
         (id, internal)
+    }
+
+    /// Forgets the profile thread of `tid`: its thread ended, and a new one the kernel gives the
+    /// tid later is a thread of its own.
+    pub fn forget_tid(&mut self, tid: u32) {
+        self.by_tid.remove(&tid);
     }
 
     /// The profile thread of a Java thread known only by name (safepoint walks, exact trees).

@@ -7,11 +7,11 @@
 //! sampler, exact mode's and lock mode's runtime hooks), each documented where it is.
 
 use crate::engine::events::Recorder;
+use crate::names::ThreadNames;
 use crate::options::Options;
 use crate::sampler::threads::ThreadTable;
 use crate::session::Session;
 use jvmprof_jvmti::{Capabilities, Env, Event, Vm};
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -24,8 +24,9 @@ pub struct AgentState {
     pub attached: bool,
     /// tid → JNIEnv of every Java thread seen starting; read by the signal handler.
     pub threads: ThreadTable,
-    /// tid → Java thread name, for naming CPU samples.
-    pub names: Mutex<HashMap<u32, String>>,
+    /// tid → Java thread name, for naming samples (live threads, and those whose samples the
+    /// writer has not named yet).
+    pub names: Mutex<ThreadNames>,
     /// The running (or finished, not yet collected) session.
     pub session: Mutex<Option<Session>>,
     /// Options given at start-up, used at VMInit.
@@ -122,7 +123,7 @@ pub fn init(vm: Vm, attached: bool) -> Result<&'static AgentState, String> {
         caps,
         attached,
         threads: ThreadTable::new(8192),
-        names: Mutex::new(HashMap::new()),
+        names: Mutex::new(ThreadNames::default()),
         session: Mutex::new(None),
         pending: Mutex::new(None),
         recorder: Mutex::new(None),

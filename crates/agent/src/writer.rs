@@ -170,6 +170,7 @@ pub fn run(
 
 /// The writer thread's working state: the sink and the outputs.
 struct Writer {
+    state: &'static AgentState,
     env: Env,
     shared: Arc<Shared>,
     sink: Sink,
@@ -248,6 +249,7 @@ impl Writer {
             sink.track_unsent();
         }
         Writer {
+            state,
             env,
             shared: shared.clone(),
             sink,
@@ -256,14 +258,20 @@ impl Writer {
         }
     }
 
-    /// Polls every engine into the sink.
+    /// Polls every engine into the sink. Threads that ended before the poll have made all
+    /// their samples, which the poll names: after it their names are forgotten.
     fn poll(&mut self, jni: &Jni) {
+        let ended = lock(&self.state.names).take_ended();
         let before = self.sink.samples();
         for e in &self.shared.engines {
             jni.with_local_frame(64, || e.poll(jni, &mut self.sink));
         }
         let taken = self.sink.samples() - before;
         self.shared.samples.fetch_add(taken, Ordering::Relaxed);
+        for e in &ended {
+            self.sink.forget_tid(e.tid);
+        }
+        lock(&self.state.names).forget(&ended);
     }
 
     /// Makes what the engines hold back (exact trees) visible in the sink.
