@@ -37,10 +37,13 @@ struct Run {
     internal_timers: u64,
     /// The agent's own comparison of sampled and process CPU time (`cpu_coverage`).
     process_coverage: f64,
+    /// CPU time the host stole during the run, for failure messages.
+    steal_ms: u64,
 }
 
 fn run(home: Option<&Path>, interval: &str, engine: &str, args: &[&str], groups: &[&str]) -> Run {
     let file = scratch("cpu-truth").join(format!("{}-{interval}-{engine}.jvmprof", args[0]));
+    let steal = host_steal_ms();
     let out = record(
         home,
         &[
@@ -78,6 +81,7 @@ fn run(home: Option<&Path>, interval: &str, engine: &str, args: &[&str], groups:
             .get("cpu_timer_internal_threads")
             .map_or(0, |v| v.parse().unwrap()),
         process_coverage: p.meta.extra["cpu_coverage"].parse().unwrap(),
+        steal_ms: host_steal_ms() - steal,
     }
 }
 
@@ -100,21 +104,26 @@ fn check_shape(args_for: impl Fn(&str) -> Vec<String>, groups: &[&str]) {
                 assert!(
                     (got - real).abs() <= 1.5,
                     "{args:?} at {interval} ({home:?}): {g} has {got:.2} % of the samples, \
-                     {real:.2} % of the CPU; all: {:?}",
-                    r.shares
+                     {real:.2} % of the CPU; all: {:?}; the host stole {} ms",
+                    r.shares,
+                    r.steal_ms
                 );
             }
             // Every thread of the process (JIT, GC, the launcher's thread as DestroyJavaVM...).
             assert!(
                 (r.process_coverage - 1.0).abs() <= 0.15,
-                "{args:?} at {interval} ({home:?}): the agent's cpu_coverage is {}",
-                r.process_coverage
+                "{args:?} at {interval} ({home:?}): the agent's cpu_coverage is {}; the host \
+                 stole {} ms",
+                r.process_coverage,
+                r.steal_ms
             );
             if interval == "1ms" {
                 assert!(
                     (r.coverage - 1.0).abs() <= 0.10,
-                    "{args:?} at 1 ms ({home:?}): sampled CPU is {:.3} of the real CPU",
-                    r.coverage
+                    "{args:?} at 1 ms ({home:?}): sampled CPU is {:.3} of the real CPU; the \
+                     host stole {} ms",
+                    r.coverage,
+                    r.steal_ms
                 );
             }
         }

@@ -9,7 +9,7 @@ use jvmprof_profile::{Profile, ThreadState};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 mod common;
 use common::*;
@@ -43,17 +43,17 @@ fn leaf_share(p: &Profile, thread: &str, method: &str) -> f64 {
 
 /// [`check_cpu_split`], and true stacks: the busy threads' samples end in the method doing the
 /// work (what AsyncGetCallTrace gives).
-fn check_cpu_profile(p: &Profile, stdout: &[u8]) {
-    check_cpu_split(p, stdout);
-    assert!(leaf_share(p, "busy-a", "CpuSplit.spinA") > 0.8);
-    assert!(leaf_share(p, "busy-b", "CpuSplit.spinB") > 0.5);
+fn check_cpu_profile(r: &CpuRun) {
+    check_cpu_split(r);
+    assert!(leaf_share(&r.p, "busy-a", "CpuSplit.spinA") > 0.8);
+    assert!(leaf_share(&r.p, "busy-b", "CpuSplit.spinB") > 0.5);
 }
 
 /// Asserts the CPU split between busy-a and busy-b matches the JVM's accounting within 3 points,
 /// and that the sleeping and the blocked thread got at most 1 % of the samples.
-fn check_cpu_split(p: &Profile, stdout: &[u8]) {
-    let truth = jvm_cpu(stdout);
-    let by_thread = samples_by_thread(p);
+fn check_cpu_split(r: &CpuRun) {
+    let truth = jvm_cpu(&r.stdout);
+    let by_thread = samples_by_thread(&r.p);
     let a = *by_thread.get("busy-a").unwrap_or(&0) as f64;
     let b = *by_thread.get("busy-b").unwrap_or(&0) as f64;
     assert!(a + b > 100.0, "too few samples: {by_thread:?}");
@@ -61,7 +61,9 @@ fn check_cpu_split(p: &Profile, stdout: &[u8]) {
     let truth_share = truth["busy-a"] / (truth["busy-a"] + truth["busy-b"]);
     assert!(
         (share - truth_share).abs() <= 0.03,
-        "busy-a share {share:.3} vs JVM accounting {truth_share:.3} ({by_thread:?}, {truth:?})"
+        "busy-a share {share:.3} vs JVM accounting {truth_share:.3} ({by_thread:?}, {truth:?}); \
+         the host stole {} ms of CPU during the run",
+        r.steal_ms
     );
     let total: u64 = by_thread.values().sum();
     let idle = by_thread.get("sleeper").unwrap_or(&0) + by_thread.get("blocked").unwrap_or(&0);
@@ -71,20 +73,34 @@ fn check_cpu_split(p: &Profile, stdout: &[u8]) {
     );
 }
 
-fn cpu_run(java_home: Option<&Path>, name: &str, extra: &[&str]) -> (Profile, Output) {
+/// One profiled run of CpuSplit: the profile, the program's own accounting on stdout, and the
+/// CPU time the host stole meanwhile (for the failure message).
+struct CpuRun {
+    p: Profile,
+    stdout: Vec<u8>,
+    steal_ms: u64,
+}
+
+fn cpu_run(java_home: Option<&Path>, name: &str, extra: &[&str]) -> CpuRun {
     let file = scratch(name).join("cpu.jvmprof");
     let mut args = vec!["--mode", "cpu", "--interval", "10ms", "-o"];
     let f = file.to_str().unwrap().to_string();
     args.push(&f);
     args.extend_from_slice(extra);
+    let steal = host_steal_ms();
     let out = record(java_home, &args, &["CpuSplit", "6"]);
-    (jvmprof_profile::read_any(&file).unwrap(), out)
+    CpuRun {
+        p: jvmprof_profile::read_any(&file).unwrap(),
+        stdout: out.stdout,
+        steal_ms: host_steal_ms() - steal,
+    }
 }
 
 #[test]
 fn cpu_shares_match_the_jvms_accounting() {
     let _g = serial();
-    let (p, out) = cpu_run(None, "cpu", &[]);
+    let r = cpu_run(None, "cpu", &[]);
+    let p = &r.p;
     assert_eq!(p.meta.modes, vec!["cpu"]);
     assert_eq!(p.meta.engine, "asgct");
     assert_eq!(p.meta.interval_ns, 10_000_000);
@@ -93,7 +109,7 @@ fn cpu_shares_match_the_jvms_accounting() {
         "{}",
         p.meta.jvm_version
     );
-    check_cpu_profile(&p, &out.stdout);
+    check_cpu_profile(&r);
     // Failed walks are counted by reason in the metadata, and each has its own sample.
     let failures: u64 = p.meta.walk_failures.values().sum();
     let unknown: u64 = p
@@ -111,25 +127,24 @@ fn cpu_shares_match_the_jvms_accounting() {
 #[test]
 fn a_second_run_gives_the_same_shares() {
     let _g = serial();
-    let (p1, o1) = cpu_run(None, "repeat1", &[]);
-    let (p2, o2) = cpu_run(None, "repeat2", &[]);
-    check_cpu_profile(&p1, &o1.stdout);
-    check_cpu_profile(&p2, &o2.stdout);
+    check_cpu_profile(&cpu_run(None, "repeat1", &[]));
+    check_cpu_profile(&cpu_run(None, "repeat2", &[]));
 }
 
 #[test]
 fn safepoint_engine_also_matches_the_jvms_accounting() {
     let _g = serial();
-    let (p, out) = cpu_run(None, "safepoint", &["--engine", "safepoint"]);
+    let r = cpu_run(None, "safepoint", &["--engine", "safepoint"]);
+    let p = &r.p;
     assert_eq!(p.meta.engine, "safepoint");
-    check_cpu_split(&p, &out.stdout);
+    check_cpu_split(&r);
     // This engine credits the CPU a thread used since the last tick to the stack it has at the
     // tick. busy-a always spins, so its stacks end in spinA. busy-b spins 10 ms and then sleeps
     // 20 ms, so at a 10 ms tick it is often already asleep: its samples end in spinB or in
     // Thread.sleep, split by how the ticks fall (46 % to 70 % spinB in three runs).
-    assert!(leaf_share(&p, "busy-a", "CpuSplit.spinA") > 0.8);
-    let spin = leaf_share(&p, "busy-b", "CpuSplit.spinB");
-    let sleep = leaf_share(&p, "busy-b", "java.lang.Thread.sleep");
+    assert!(leaf_share(p, "busy-a", "CpuSplit.spinA") > 0.8);
+    let spin = leaf_share(p, "busy-b", "CpuSplit.spinB");
+    let sleep = leaf_share(p, "busy-b", "java.lang.Thread.sleep");
     assert!(
         spin > 0.2 && spin + sleep > 0.9,
         "busy-b: spinB {spin:.2}, sleep {sleep:.2}"
@@ -349,13 +364,13 @@ fn short_lived_threads_keep_their_java_names() {
 fn works_on_jdk_25() {
     let Some(home) = jdk25() else { return };
     let _g = serial();
-    let (p, out) = cpu_run(Some(&home), "jdk25", &[]);
+    let r = cpu_run(Some(&home), "jdk25", &[]);
     assert!(
-        p.meta.jvm_version.starts_with("25"),
+        r.p.meta.jvm_version.starts_with("25"),
         "{}",
-        p.meta.jvm_version
+        r.p.meta.jvm_version
     );
-    check_cpu_profile(&p, &out.stdout);
+    check_cpu_profile(&r);
     let wall = scratch("jdk25").join("wall.collapsed");
     record(
         Some(&home),

@@ -133,3 +133,17 @@ pub fn record(java_home: Option<&Path>, args: &[&str], main: &[&str]) -> Output 
         .args(main);
     run_ok(&mut cmd)
 }
+
+/// The CPU time the hypervisor has taken from this machine's CPUs so far (`steal` in
+/// /proc/stat, summed over CPUs), in ms. A CPU-truth failure reports how much was stolen during
+/// its run: perf's task clock runs on while the host steals, the JVM's thread CPU time does not.
+pub fn host_steal_ms() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: u64 = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .and_then(|l| l.split_whitespace().nth(8)?.parse().ok())
+        .unwrap_or(0);
+    // /proc/stat counts in USER_HZ, 100 per second on Linux.
+    ticks * 10
+}
