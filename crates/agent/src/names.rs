@@ -73,12 +73,9 @@ impl ThreadNames {
     }
 
     /// How many names are held.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.by_tid.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_tid.is_empty()
     }
 }
 
@@ -96,7 +93,7 @@ mod tests {
         assert_eq!(n.get(7), Some("worker-1"), "named while the writer polls");
         n.forget(&ended);
         assert_eq!(n.get(7), None);
-        assert!(n.is_empty());
+        assert_eq!(n.len(), 0);
         assert!(n.take_ended().is_empty());
     }
 

@@ -6,7 +6,7 @@ use crate::engine::{self, EngineCtx};
 use crate::options::Options;
 use crate::state::{AgentState, lock};
 use std::collections::HashSet;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
@@ -17,12 +17,12 @@ pub struct Shared {
     /// The agent's own threads (writer, collector link): never sampled.
     pub own_tids: Arc<Mutex<HashSet<u32>>>,
     /// End the session (set by `stop`; the writer looks at it before and after each wait).
-    pub stop: std::sync::atomic::AtomicBool,
+    pub stop: AtomicBool,
     /// Wakes the writer for `stop` and `flush_now` (None if no eventfd could be made: the
     /// writer then looks at the flags every few milliseconds).
     pub waker: Option<jvmprof_jvmti::os::Waker>,
     /// Write the profile so far now (set on an OutOfMemoryError).
-    pub flush_now: std::sync::atomic::AtomicBool,
+    pub flush_now: AtomicBool,
     /// Samples taken so far, for the status file.
     pub samples: AtomicU64,
     /// When the session started (Unix ms).
@@ -68,9 +68,9 @@ impl Session {
             options,
             engines,
             own_tids,
-            stop: std::sync::atomic::AtomicBool::new(false),
+            stop: AtomicBool::new(false),
             waker: jvmprof_jvmti::os::Waker::new().ok(),
-            flush_now: std::sync::atomic::AtomicBool::new(false),
+            flush_now: AtomicBool::new(false),
             samples: AtomicU64::new(0),
             started_unix_ms: unix_ms(),
         });
@@ -112,9 +112,7 @@ impl Session {
     /// Whether the writer finished on its own (the session's duration elapsed).
     /// Has the writer write the profile so far at once (the session goes on).
     pub fn flush_now(&self) {
-        self.shared
-            .flush_now
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.shared.flush_now.store(true, Ordering::Release);
         self.shared.wake();
     }
 
@@ -124,9 +122,7 @@ impl Session {
 
     /// Stops sampling, waits (bounded) for the profile to be written and returns what happened.
     pub fn stop(mut self) -> Result<String, String> {
-        self.shared
-            .stop
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.shared.stop.store(true, Ordering::Release);
         self.shared.wake();
         let result = self
             .done
@@ -154,7 +150,7 @@ impl Session {
             "started_unix_ms": self.shared.started_unix_ms,
             "elapsed_ms": now.saturating_sub(self.shared.started_unix_ms),
             "duration_ms": o.duration.map(|d| d.as_millis() as u64),
-            "samples": self.shared.samples.load(std::sync::atomic::Ordering::Relaxed),
+            "samples": self.shared.samples.load(Ordering::Relaxed),
             "file": o.owner_file.as_ref().or(o.file.as_ref()).map(|f| f.display().to_string()),
             "server": o.server,
             "owner_pid": o.owner.map(|(pid, _)| pid),

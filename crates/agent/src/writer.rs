@@ -72,7 +72,7 @@ pub fn run(
                 break;
             }
             let now = Instant::now();
-            if now >= next || shared.flush_now.load(std::sync::atomic::Ordering::Acquire) {
+            if now >= next || shared.flush_now.load(Ordering::Acquire) {
                 break;
             }
             shared.wait(next - now);
@@ -113,9 +113,7 @@ pub fn run(
                 }
             }
         }
-        let out_of_memory = shared
-            .flush_now
-            .swap(false, std::sync::atomic::Ordering::AcqRel);
+        let out_of_memory = shared.flush_now.swap(false, Ordering::AcqRel);
         let periodic = shared
             .options
             .flush
@@ -268,10 +266,12 @@ impl Writer {
         }
         let taken = self.sink.samples() - before;
         self.shared.samples.fetch_add(taken, Ordering::Relaxed);
-        for e in &ended {
-            self.sink.forget_tid(e.tid);
+        if !ended.is_empty() {
+            for e in &ended {
+                self.sink.forget_tid(e.tid);
+            }
+            lock(&self.state.names).forget(&ended);
         }
-        lock(&self.state.names).forget(&ended);
     }
 
     /// Makes what the engines hold back (exact trees) visible in the sink.

@@ -111,23 +111,16 @@ fn a_session_whose_cli_is_killed_stops_and_writes_what_was_asked() {
         );
         // Its private directory (named after the dead CLI) goes too, right after: the agent
         // removes it once the wanted file is written.
-        let leftovers = || -> Vec<_> {
-            std::fs::read_dir(std::env::temp_dir())
-                .unwrap()
-                .filter_map(|e| e.ok())
-                .map(|e| e.path())
-                .filter(|p| {
-                    p.file_name().is_some_and(|n| {
-                        n.to_string_lossy()
-                            .starts_with(&format!("jvmprof-{cli_pid}-"))
-                    })
-                })
-                .collect()
-        };
+        let private = format!("jvmprof-{cli_pid}-");
         wait_for(
             "the orphaned session removes its private directory",
             Duration::from_secs(5),
-            || leftovers().is_empty(),
+            || {
+                !std::fs::read_dir(std::env::temp_dir())
+                    .unwrap()
+                    .filter_map(|e| e.ok())
+                    .any(|e| e.file_name().to_string_lossy().starts_with(&private))
+            },
         );
         // A later session works.
         let again = dir.join("again.collapsed");
