@@ -25,6 +25,7 @@ pub mod methods;
 pub mod model;
 pub mod native;
 pub mod pprof;
+pub mod records;
 pub mod report;
 pub mod speedscope;
 mod stacks;

@@ -12,15 +12,18 @@
 //! ([`Profile::timeline`]); 4 gives each timeline entry the traced call tree it was taken in
 //! ([`crate::TimedSample::trace`]). All four are read.
 //!
-//! Trace mode appends its method traces after the compressed profile: the section marker and
-//! checksummed chunks of [`crate::tracelog`], readable up to any damage ([`read_trace`]).
-//! Readers of the profile alone stop at the end of the compressed stream.
+//! Version 5 is the record stream ([`crate::records`]): after the header, checksummed chunks of
+//! records to the end of the file, appended by the agent as it records, so that a file cut
+//! short (a JVM killed with SIGKILL, a file still being written) reads up to its last whole
+//! chunk. Trace mode's method traces are records in it too.
+//!
+//! In versions 1 to 4, trace mode appends its method traces after the compressed profile: the
+//! section marker and checksummed chunks of [`crate::tracelog`], readable up to any damage
+//! ([`read_trace`]). Readers of the profile alone stop at the end of the compressed stream.
 
 use crate::error::{Error, Result};
 use crate::model::{Frame, Meta, Profile, Sample, Stacks, Thread, TimedSample};
-use flate2::Compression;
 use flate2::read::GzDecoder;
-use flate2::write::GzEncoder;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -28,56 +31,58 @@ use std::io::{self, Read, Write};
 /// The first bytes of every native file.
 pub const MAGIC: &[u8; 8] = b"JVMPROF\0";
 /// The format version this build writes and reads.
-pub const VERSION: u16 = 4;
+pub const VERSION: u16 = 5;
+/// The first version that is a record stream.
+pub const RECORDS_VERSION: u16 = 5;
+/// Magic and version.
+pub const HEADER_LEN: usize = 10;
 
 const FORMAT: &str = "jvmprof";
 
-/// Writes `profile` as a native file.
-pub fn write(profile: &Profile, mut out: impl Write) -> io::Result<()> {
-    out.write_all(MAGIC)?;
-    out.write_all(&VERSION.to_le_bytes())?;
-    // Encoded straight into the compressor (through a buffer, since postcard writes a byte at
-    // a time): an exact-mode profile can encode to hundreds of MB, which a body in memory
-    // first would allocate, zero and copy as it grew.
-    // Level 2: the agent writes at JVM exit, where javac's exact profile (58 MB encoded, with
-    // the zlib-rs backend the agent links) compressed in 1.43 s at the default level and takes
-    // 0.67 s here, for a file 7 % larger (21.1 against 19.8 MB). Level 1 is another 0.3 s
-    // faster but only uses fixed Huffman codes there: 32 MB.
-    let gz = GzEncoder::new(out, Compression::new(2));
-    let mut buffered = KeepError {
-        inner: io::BufWriter::with_capacity(1 << 16, gz),
-        error: None,
-    };
-    if let Err(e) = postcard::to_io(profile, &mut buffered) {
-        // postcard reports a failed write as its own error: give back the I/O error instead.
-        return Err(buffered.error.unwrap_or_else(|| io::Error::other(e)));
-    }
-    let gz = buffered.inner.into_inner().map_err(|e| e.into_error())?;
-    gz.finish()?.flush()
+/// The header of a version 5 file, before its record chunks.
+pub fn records_header() -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..].copy_from_slice(&RECORDS_VERSION.to_le_bytes());
+    h
 }
 
-/// A writer that keeps the first I/O error of the writer it wraps.
-struct KeepError<W> {
-    inner: W,
-    error: Option<io::Error>,
+/// Checks that `header` starts a version 5 (record stream) file.
+pub fn check_records_header(header: &[u8]) -> Result<()> {
+    if header.len() < HEADER_LEN || &header[..8] != MAGIC {
+        return Err(Error::NotJvmprof);
+    }
+    let version = u16::from_le_bytes([header[8], header[9]]);
+    if version != RECORDS_VERSION {
+        return Err(Error::invalid(
+            FORMAT,
+            format!("version {version} is not a record stream (version {RECORDS_VERSION})"),
+        ));
+    }
+    Ok(())
 }
 
-impl<W: Write> Write for KeepError<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.inner.write(buf).map_err(|e| self.keep(e))
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush().map_err(|e| self.keep(e))
-    }
+/// Writes `profile` as a native file (version 5: a header and record chunks).
+pub fn write(profile: &Profile, out: impl Write) -> io::Result<()> {
+    write_with_traces(profile, &[], out)
 }
 
-impl<W> KeepError<W> {
-    fn keep(&mut self, e: io::Error) -> io::Error {
-        let copy = io::Error::new(e.kind(), e.to_string());
-        self.error.get_or_insert(e);
-        copy
-    }
+/// Writes `profile` and trace mode's method traces as a native file.
+pub fn write_with_traces(
+    profile: &Profile,
+    traces: &[crate::tracelog::Chunk],
+    mut out: impl Write,
+) -> io::Result<()> {
+    let mut w = crate::records::RecordWriter::new();
+    let gained: Vec<(u32, Vec<u64>)> = profile
+        .samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i as u32, s.values.clone()))
+        .collect();
+    out.write_all(&records_header())?;
+    out.write_all(&w.update(profile, &gained, traces, true)?)?;
+    out.flush()
 }
 
 /// The method traces after the profile of a native file's bytes, if it has any: the traces
@@ -88,6 +93,25 @@ pub fn read_trace(
 ) -> Result<Option<(crate::tracelog::VmTrace, Option<String>)>> {
     if bytes.len() < 10 || &bytes[..MAGIC.len()] != MAGIC {
         return Err(Error::NotJvmprof);
+    }
+    if u16::from_le_bytes([bytes[8], bytes[9]]) >= RECORDS_VERSION {
+        let (_, trace, damage) = replay(&bytes[HEADER_LEN..], "")?;
+        return Ok(trace.map(|t| {
+            let calls: usize = t
+                .threads
+                .iter()
+                .map(|th| {
+                    th.events
+                        .iter()
+                        .filter(|e| matches!(e, crate::tracelog::Event::Enter { .. }))
+                        .count()
+                })
+                .sum();
+            let damage = damage.map(|d| {
+                format!("{origin}: the trace is damaged ({d}); read up to there: {calls} calls")
+            });
+            (t, damage)
+        }));
     }
     let mut gz = flate2::bufread::GzDecoder::new(&bytes[10..]);
     if let Err(e) = io::copy(&mut gz, &mut io::sink()) {
@@ -136,6 +160,15 @@ pub fn read(mut input: impl Read) -> Result<Profile> {
             supported: VERSION,
         });
     }
+    if version >= RECORDS_VERSION {
+        let mut bytes = Vec::new();
+        input.read_to_end(&mut bytes)?;
+        let (mut profile, _, damage) = replay(&bytes, "")?;
+        if let Some(d) = damage {
+            profile.meta.extra.insert("damage".into(), d);
+        }
+        return Ok(profile);
+    }
     let mut body = Vec::new();
     if let Err(e) = GzDecoder::new(input).read_to_end(&mut body) {
         return Err(match e.kind() {
@@ -162,6 +195,56 @@ pub fn read(mut input: impl Read) -> Result<Profile> {
     };
     profile.validate().map_err(|e| Error::invalid(FORMAT, e))?;
     Ok(profile)
+}
+
+/// The profile and traces of a version 5 file's chunks (`bytes`, after the header), and what
+/// was damaged or missing: chunks skipped, a cut-short end, no end record.
+#[allow(clippy::type_complexity)]
+fn replay(
+    bytes: &[u8],
+    origin: &str,
+) -> Result<(Profile, Option<crate::tracelog::VmTrace>, Option<String>)> {
+    let named = |e: String| match origin {
+        "" => Error::invalid(FORMAT, e),
+        o => Error::invalid(FORMAT, format!("{o}: {e}")),
+    };
+    let mut r = crate::records::Replay::new();
+    let (used, notes) = crate::records::replay::apply_all(&mut r, bytes).map_err(named)?;
+    let (chunks, damaged) = r.chunks();
+    if chunks == 0 && damaged == 0 {
+        let what = match (notes.garbage_at, notes.partial_tail) {
+            (Some(_), _) => "no record chunk can be read after the header".to_string(),
+            (None, 0) => "no record chunk after the header (none was written yet)".to_string(),
+            (None, n) => format!("the first record chunk is cut short ({n} bytes of it)"),
+        };
+        return Err(Error::truncated(FORMAT, what));
+    }
+    let ended = r.ended();
+    let mut problems = Vec::new();
+    if damaged > 0 {
+        problems.push(format!("{damaged} damaged chunks skipped"));
+    }
+    if let Some(at) = notes.garbage_at {
+        problems.push(format!("unreadable from byte {} on", at + HEADER_LEN));
+    } else if notes.partial_tail > 0 {
+        problems.push(format!(
+            "cut short in a chunk at byte {} ({} bytes of it there)",
+            used + HEADER_LEN,
+            notes.partial_tail
+        ));
+    }
+    if !ended {
+        problems.push(format!(
+            "no end record: the session did not finish writing (killed, or still running); \
+             read {chunks} chunks"
+        ));
+    }
+    let (profile, trace) = r.finish().map_err(named)?;
+    let damage = (!problems.is_empty()).then(|| match origin {
+        "" => problems.join("; "),
+        o => format!("{o}: {}", problems.join("; ")),
+    });
+    Ok((profile, trace, damage))
 }
 
 /// The whole of `body` as one `T`.
@@ -381,8 +464,7 @@ mod tests {
         let p = sample_profile();
         let bytes = encode(&p);
         assert_eq!(&bytes[..8], b"JVMPROF\0");
-        assert_eq!(&bytes[8..10], &[4, 0]);
-        assert_eq!(&bytes[10..12], &[0x1f, 0x8b], "gzip follows the header");
+        assert_eq!(&bytes[8..10], &[5, 0]);
         assert_eq!(read(&bytes[..]).unwrap(), p);
         let timed = timed_profile();
         assert_eq!(read(&encode(&timed)[..]).unwrap(), timed);
@@ -418,16 +500,23 @@ mod tests {
         assert_eq!(read(&bytes[..]).unwrap(), want);
     }
 
-    /// The same for version 4 (timeline entries with their trace). `JVMPROF_WRITE_GOLDEN=1`
-    /// writes it anew.
+    /// The same for version 4 (timeline entries with their trace).
     #[test]
     fn reads_the_version_4_golden_file() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/sample-v4.jvmprof");
+        let bytes = include_bytes!("../testdata/sample-v4.jvmprof");
+        assert_eq!(&bytes[8..10], &[4, 0]);
+        assert_eq!(read(&bytes[..]).unwrap(), timed_profile());
+    }
+
+    /// The same for version 5 (the record stream). `JVMPROF_WRITE_GOLDEN=1` writes it anew.
+    #[test]
+    fn reads_the_version_5_golden_file() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/sample-v5.jvmprof");
         if std::env::var_os("JVMPROF_WRITE_GOLDEN").is_some() {
             std::fs::write(path, encode(&timed_profile())).unwrap();
         }
         let bytes = std::fs::read(path).unwrap();
-        assert_eq!(&bytes[8..10], &[4, 0]);
+        assert_eq!(&bytes[8..10], &[5, 0]);
         assert_eq!(read(&bytes[..]).unwrap(), timed_profile());
     }
 
@@ -458,34 +547,55 @@ mod tests {
         let e = read(&bytes[..]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "jvmprof format version 7 not supported (this build reads versions 1 to 4)"
+            "jvmprof format version 7 not supported (this build reads versions 1 to 5)"
         );
     }
 
     #[test]
-    fn rejects_every_truncation() {
-        let bytes = encode(&sample_profile());
+    fn a_cut_header_or_first_chunk_is_an_error_and_a_cut_later_chunk_is_said() {
+        let p = timed_profile();
+        let bytes = encode(&p);
         for len in 1..bytes.len() {
             let e = read(&bytes[..len]).unwrap_err();
-            assert!(
-                matches!(e, Error::Truncated { .. }),
-                "cut at {len} of {}: {e}",
-                bytes.len()
-            );
             assert!(e.to_string().starts_with("truncated jvmprof file"), "{e}");
         }
+        // A second chunk cut short (a file still being written): the first is read.
+        let mut w = crate::records::RecordWriter::new();
+        let gained: Vec<_> = (0..p.samples.len() as u32)
+            .map(|i| (i, p.samples[i as usize].values.clone()))
+            .collect();
+        let mut live = records_header().to_vec();
+        live.extend(w.update(&p, &gained, &[], false).unwrap());
+        let whole = live.len();
+        let mut more = p.clone();
+        more.meta.duration_ms += 1;
+        live.extend(w.update(&more, &[], &[], true).unwrap());
+        let mut want = p.clone();
+        want.timeline.sort_by_key(|t| t.offset_ns);
+        for len in whole..live.len() {
+            let q = read(&live[..len]).unwrap();
+            let damage = &q.meta.extra["damage"];
+            assert!(damage.contains("no end record"), "cut at {len}: {damage}");
+            if len > whole {
+                assert!(damage.contains("cut short"), "cut at {len}: {damage}");
+            }
+            let mut q = q;
+            q.meta.extra.remove("damage");
+            assert_eq!(q, want);
+        }
+        assert_eq!(read(&live[..]).unwrap(), more);
     }
 
     #[test]
-    fn rejects_corrupted_data() {
+    fn a_corrupted_chunk_is_skipped_and_said() {
         let mut bytes = encode(&sample_profile());
         let mid = bytes.len() / 2;
         bytes[mid] ^= 0xff;
-        let e = read(&bytes[..]).unwrap_err();
+        let p = read(&bytes[..]).unwrap();
         assert!(
-            e.to_string().starts_with("invalid jvmprof data")
-                || e.to_string().starts_with("truncated jvmprof file"),
-            "{e}"
+            p.meta.extra["damage"].contains("1 damaged chunks skipped"),
+            "{:?}",
+            p.meta.extra
         );
     }
 
@@ -522,7 +632,7 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn never_panics_on_garbage(tail in proptest::collection::vec(proptest::num::u8::ANY, 0..200), version in 1u8..=3) {
+        fn never_panics_on_garbage(tail in proptest::collection::vec(proptest::num::u8::ANY, 0..200), version in 1u8..=5) {
             let mut bytes = b"JVMPROF\0\x00\x00".to_vec();
             bytes[8] = version;
             bytes.extend_from_slice(&tail);
@@ -532,7 +642,7 @@ mod tests {
 
         #[test]
         fn never_panics_on_corrupted_gzip(pos in 0usize..10_000, byte in proptest::num::u8::ANY) {
-            let mut bytes = encode(&sample_profile());
+            let mut bytes = include_bytes!("../testdata/sample-v4.jvmprof").to_vec();
             let i = pos % bytes.len();
             bytes[i] = byte;
             let _ = read(&bytes[..]);
@@ -543,7 +653,7 @@ mod tests {
             // Valid gzip around random postcard bytes exercises the decoder and the validation.
             let mut bytes = b"JVMPROF\0\x00\x00".to_vec();
             bytes[8] = version;
-            let mut gz = GzEncoder::new(&mut bytes, Compression::fast());
+            let mut gz = flate2::write::GzEncoder::new(&mut bytes, flate2::Compression::fast());
             gz.write_all(&body).unwrap();
             gz.finish().unwrap();
             let _ = read(&bytes[..]);
@@ -556,14 +666,8 @@ mod trace_section_tests {
     use super::*;
     use crate::tracelog::{Chunk, Event, SECTION, write_chunk};
 
-    #[test]
-    fn traces_after_the_profile_leave_it_readable() {
-        let profile = crate::testdata::sample_profile();
-        let mut bytes = Vec::new();
-        write(&profile, &mut bytes).unwrap();
-        assert!(read_trace(&bytes, "p").unwrap().is_none());
-        bytes.extend_from_slice(SECTION);
-        let c = Chunk {
+    fn chunk() -> Chunk {
+        Chunk {
             threads: vec![(3, "main".into())],
             events: vec![(
                 3,
@@ -571,17 +675,43 @@ mod trace_section_tests {
             )],
             methods: vec![(0, "A.b".into())],
             ..Chunk::default()
-        };
-        write_chunk(&c, &mut bytes).unwrap();
+        }
+    }
+
+    #[test]
+    fn version_4_traces_after_the_profile_leave_it_readable() {
+        let v4 = include_bytes!("../testdata/sample-v4.jvmprof");
+        let profile = read(&v4[..]).unwrap();
+        let mut bytes = v4.to_vec();
+        assert!(read_trace(&bytes, "p").unwrap().is_none());
+        bytes.extend_from_slice(SECTION);
+        write_chunk(&chunk(), &mut bytes).unwrap();
         assert_eq!(read(&bytes[..]).unwrap(), profile);
         let (t, damage) = read_trace(&bytes, "p").unwrap().unwrap();
         assert!(damage.is_none());
         assert_eq!(t.threads[0].events.len(), 2);
         let (_, damage) = read_trace(&bytes[..bytes.len() - 2], "p").unwrap().unwrap();
         assert!(damage.unwrap().starts_with("p: the trace is damaged"));
-        let mut junk = Vec::new();
-        write(&profile, &mut junk).unwrap();
+        let mut junk = v4.to_vec();
         junk.extend_from_slice(b"garbage!");
         assert!(read_trace(&junk, "p").is_err());
+    }
+
+    #[test]
+    fn version_5_traces_are_records_of_the_stream() {
+        let profile = crate::testdata::sample_profile();
+        let mut plain = Vec::new();
+        write(&profile, &mut plain).unwrap();
+        assert!(read_trace(&plain, "p").unwrap().is_none());
+        let mut bytes = Vec::new();
+        write_with_traces(&profile, &[chunk(), chunk()], &mut bytes).unwrap();
+        assert_eq!(read(&bytes[..]).unwrap(), profile);
+        let (t, damage) = read_trace(&bytes, "p").unwrap().unwrap();
+        assert!(damage.is_none(), "{damage:?}");
+        assert_eq!(t.methods, vec!["A.b".to_string()]);
+        assert_eq!(t.threads[0].events.len(), 4);
+        // Cut short in its only chunk: nothing is whole, and that is said.
+        let e = read_trace(&bytes[..bytes.len() - 2], "p").unwrap_err();
+        assert!(e.to_string().contains("cut short"), "{e}");
     }
 }

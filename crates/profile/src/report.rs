@@ -346,8 +346,11 @@ fn header(profile: &Profile, out: &mut String) {
         },
     );
     line("dropped samples", m.dropped_samples.to_string());
-    // The CPU engine's own account of itself, when the profile has it.
     let extra = |k: &str| m.extra.get(k).map(String::as_str);
+    if let Some(damage) = extra("damage") {
+        line("file", damage.to_string());
+    }
+    // The CPU engine's own account of itself, when the profile has it.
     if let Some(roots) = extra("root_patterns") {
         line("roots", roots.to_string());
         line(

@@ -147,6 +147,11 @@ pub fn write_chunk(chunk: &Chunk, mut out: impl Write) -> io::Result<()> {
     out.write_all(&payload)
 }
 
+/// One chunk's payload (what follows its length and checksum), decoded.
+pub fn decode_chunk(payload: &[u8]) -> Result<Chunk, String> {
+    postcard::from_bytes(payload).map_err(|e| format!("a chunk does not decode: {e}"))
+}
+
 /// Reads the chunks after the section marker into one [`VmTrace`]. Stops at the first chunk
 /// that is cut short or damaged; then the second value says where and why (`origin` names
 /// the file in that message).
@@ -209,7 +214,8 @@ pub fn read_chunks(mut bytes: &[u8], origin: &str) -> (VmTrace, Option<String>) 
     (t, message)
 }
 
-fn merge(t: &mut VmTrace, c: Chunk, by_id: &mut std::collections::HashMap<u64, usize>) {
+/// Adds a chunk to the traces read so far (`by_id`: thread id → index in `t.threads`).
+pub fn merge(t: &mut VmTrace, c: Chunk, by_id: &mut std::collections::HashMap<u64, usize>) {
     if let Some(vm) = c.vm {
         t.vm = vm.vm;
         t.session = vm.session;
