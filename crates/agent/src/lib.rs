@@ -25,6 +25,7 @@ mod heapdump;
 pub mod names;
 /// The options type, shared with the CLI.
 pub use jvmprof_options as options;
+pub mod recordfile;
 pub mod sampler;
 mod session;
 pub mod sink;

@@ -231,7 +231,9 @@ impl Sink {
         self.builder.profile()
     }
 
-    pub fn finish(mut self) -> Profile {
+    /// Puts what only the end knows into the metadata (timeline entries dropped), before the
+    /// last records are written.
+    pub fn finish_meta(&mut self) {
         if self.timeline_dropped > 0 {
             let dropped = self.timeline_dropped.to_string();
             self.builder
@@ -239,6 +241,10 @@ impl Sink {
                 .extra
                 .insert("timeline_dropped".into(), dropped);
         }
+    }
+
+    pub fn finish(mut self) -> Profile {
+        self.finish_meta();
         self.builder.finish()
     }
 }

@@ -1,11 +1,13 @@
 //! The session's writer thread: it starts the engines, polls them into the sink, keeps up with
-//! the process once a second, and hands the sink's profile to the outputs — the collector link
-//! (thread snapshots every `refresh`, new samples about once a second), the file rewritten every
-//! `flush`, and at the end the requested file and the status file. It is attached to the VM as
-//! a daemon and never sampled itself.
+//! the process once a second, and hands what the sink's profile gained to the outputs — the
+//! native file as records appended once a second ([`RecordFile`]), the collector link (thread
+//! snapshots every `refresh`, new samples about once a second), a file of another format
+//! rewritten every `flush` and written at the end, and the status file. It is attached to the
+//! VM as a daemon and never sampled itself.
 
 use crate::engine::safepoint::map_state;
 use crate::options::Options;
+use crate::recordfile::RecordFile;
 use crate::session::Shared;
 use crate::sink::Sink;
 use crate::state::{AgentState, lock, say};
@@ -103,8 +105,9 @@ pub fn run(
                 // Exact mode's trees are merged periodically only when someone reads them live.
                 w.flush_engines(&jni);
             }
+            let gained = w.sink.take_unsent();
+            w.append_records(&gained);
             if let Some(stream) = &mut w.stream {
-                let gained = w.sink.take_unsent();
                 stream.samples(w.sink.profile(), gained);
                 for e in &shared.engines {
                     for chunk in e.stream_chunks() {
@@ -122,7 +125,22 @@ pub fn run(
         // written where the session's profile goes.
         let oom_due =
             out_of_memory && last_oom_flush.is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
-        if let Some(file) = &shared.options.file
+        if w.records.is_some() && (periodic || oom_due) {
+            // The native file is appended once a second anyway; `flush=` also merges what the
+            // engines hold back (exact trees), and after an OutOfMemoryError it goes at once.
+            last_flush = Instant::now();
+            if oom_due {
+                last_oom_flush = Some(last_flush);
+            }
+            w.poll(&jni);
+            w.flush_engines(&jni);
+            let gained = w.sink.take_unsent();
+            w.append_records(&gained);
+            if let Some(stream) = &mut w.stream {
+                stream.samples(w.sink.profile(), gained);
+            }
+        } else if let Some(file) = &shared.options.file
+            && w.records.is_none()
             && (periodic || oom_due)
         {
             last_flush = Instant::now();
@@ -174,6 +192,10 @@ struct Writer {
     sink: Sink,
     /// The collector connection, with `server=`.
     stream: Option<Stream>,
+    /// The native file, appended as records (when `file=` names one).
+    records: Option<RecordFile>,
+    /// The first error writing it (said once; profiling goes on).
+    records_error: Option<String>,
     /// Java thread id → the order in which snapshots first saw the thread.
     thread_order: HashMap<i64, u64>,
 }
@@ -243,7 +265,17 @@ impl Writer {
             )
         });
         let mut sink = Sink::new(meta, env, &state.names, o.depth);
-        if stream.is_some() {
+        let (records, records_error) = match native_file(o) {
+            Some(path) => match RecordFile::create(path) {
+                Ok(r) => (Some(r), None),
+                Err(e) => {
+                    say(&format!("{e}; profiling continues"));
+                    (None, Some(e))
+                }
+            },
+            None => (None, None),
+        };
+        if stream.is_some() || records.is_some() {
             sink.track_unsent();
         }
         Writer {
@@ -252,6 +284,8 @@ impl Writer {
             shared: shared.clone(),
             sink,
             stream,
+            records,
+            records_error,
             thread_order: HashMap::new(),
         }
     }
@@ -271,6 +305,17 @@ impl Writer {
                 self.sink.forget_tid(e.tid);
             }
             lock(&self.state.names).forget(&ended);
+        }
+    }
+
+    /// Appends what the profile gained to the native file; the first error is said once.
+    fn append_records(&mut self, gained: &[(u32, Vec<u64>)]) {
+        if let Some(r) = &mut self.records
+            && let Err(e) = r.append(self.sink.profile(), gained, &[], false)
+        {
+            say(&format!("{e}; profiling continues"));
+            self.records = None;
+            self.records_error = Some(e);
         }
     }
 
@@ -352,15 +397,22 @@ impl Writer {
                 }
             }
         }
+        self.sink.finish_meta();
         let gained = self.sink.take_unsent();
+        // Trace mode's traces, which end the native file's records.
+        let appendix = self.shared.engines.iter().find_map(|e| e.appendix());
+        let _remove = RemoveOnDrop(appendix.clone());
+        let mut records = self.records.take();
+        if let Some(r) = &mut records
+            && let Err(e) = r.finish_with_traces(self.sink.profile(), &gained, appendix.as_deref())
+        {
+            self.records_error = Some(e);
+        }
         let profile = self.sink.finish();
         if let Some(stream) = stream {
             stream.finish(&profile, gained);
         }
         let o = &self.shared.options;
-        // Trace mode's traces, which follow the profile in a native file.
-        let appendix = self.shared.engines.iter().find_map(|e| e.appendix());
-        let _remove = RemoveOnDrop(appendix.clone());
         if orphaned && let Some(wanted) = &o.owner_file {
             let owner = o.owner.map_or(0, |(pid, _)| pid);
             let outcome = write_profile(
@@ -391,7 +443,15 @@ impl Writer {
                 )),
             };
         }
+        if let Some(e) = self.records_error.take() {
+            return Err(e);
+        }
         match &o.file {
+            Some(file) if records.is_some() => Ok(format!(
+                "{} samples written to {}",
+                profile.total(0),
+                file.display()
+            )),
             Some(file) => {
                 write_profile(&profile, file, o, appendix.as_deref())?;
                 Ok(format!(
@@ -403,6 +463,16 @@ impl Writer {
             None => Ok(format!("{} samples streamed", profile.total(0))),
         }
     }
+}
+
+/// The native file the options ask for, if `file=` names one (by `format=` or its extension).
+fn native_file(o: &Options) -> Option<&Path> {
+    let file = o.file.as_deref()?;
+    let format = match &o.format {
+        Some(f) => Format::parse(f),
+        None => Format::from_path(file),
+    };
+    (format.ok()? == Format::Native).then_some(file)
 }
 
 /// Removes the native, status and log files the owner would have read, and their directory when
@@ -468,28 +538,22 @@ fn write_profile(
         metric,
         threads: o.threads,
     };
+    if format == Format::Native {
+        // Records, with trace mode's traces, into a temporary file renamed when whole.
+        let mut tmp = file.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let tmp = std::path::PathBuf::from(tmp);
+        let gained: Vec<(u32, Vec<u64>)> = (0..profile.samples.len() as u32)
+            .map(|i| (i, profile.samples[i as usize].values.clone()))
+            .collect();
+        RecordFile::create(&tmp)?.finish_with_traces(profile, &gained, appendix)?;
+        return std::fs::rename(&tmp, file)
+            .map_err(|e| format!("cannot write {}: {e}", file.display()));
+    }
     let mut bytes = Vec::new();
     jvmprof_profile::write(profile, format, &options, &mut bytes)
         .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    let appendix = appendix.filter(|_| format == Format::Native);
-    write_atomically_with(file, &bytes, appendix)
-        .map_err(|e| format!("cannot write {}: {e}", file.display()))
-}
-
-/// [`write_atomically`], with the bytes of `then` (a file) after `bytes`.
-fn write_atomically_with(path: &Path, bytes: &[u8], then: Option<&Path>) -> std::io::Result<()> {
-    let Some(then) = then else {
-        return write_atomically(path, bytes);
-    };
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    {
-        let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
-        std::io::Write::write_all(&mut out, bytes)?;
-        std::io::copy(&mut std::fs::File::open(then)?, &mut out)?;
-        std::io::Write::flush(&mut out)?;
-    }
-    std::fs::rename(&tmp, path)
+    write_atomically(file, &bytes).map_err(|e| format!("cannot write {}: {e}", file.display()))
 }
 
 /// Writes to `path.tmp` and renames, so a reader never sees half a file.

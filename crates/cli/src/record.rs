@@ -409,12 +409,18 @@ fn attach_and_record(pid: u32, agent: &Path, options: &str, w: &Waiting<'_>) -> 
     let mut deadline: Option<Instant> = None;
     // With --duration the agent writes when it ends: allow a minute more, then give up.
     let overall = duration.map(|d| Instant::now() + d + Duration::from_secs(60));
-    while !native.exists() {
+    // The agent appends records to the native file as it goes; its End record says the
+    // session is over and the file whole.
+    let mut tail = jvmprof_profile::records::Tail::new();
+    while !(native.exists() && tail.read(native).map_or(true, |_| tail.ended())) {
         if let Some(e) = agent_error(status) {
             progress.clear();
             bail!("the agent in process {pid} could not start profiling: {e}");
         }
         let alive = is_running(pid);
+        if !alive && native.exists() {
+            break; // killed: its file reads up to its last whole chunk
+        }
         if interrupted.load(Ordering::Relaxed) && !stop_sent && alive {
             progress.clear();
             eprintln!("jvmprof: stopping");

@@ -1,9 +1,9 @@
 //! `jvmprof top PID`: the hottest methods of a running JVM, live, like py-spy's `top`.
 //!
 //! It attaches like `record --pid` (the same agent session: cpu sampling, owned by this process
-//! so that it stops by itself if this process dies), has the agent rewrite its profile every
-//! refresh (`flush=`), and shows what each refresh added: self and total share per method, or
-//! per thread and method with `--threads`. On a terminal the table redraws in place and keys
+//! so that it stops by itself if this process dies), follows the native file the agent appends
+//! records to about once a second (reading only what was appended, [`Tail`]), and shows what each
+//! refresh added: self and total share per method, or per thread and method with `--threads`. On a terminal the table redraws in place and keys
 //! steer it (`q` quit, `s`/`t`/`n` sort by self/total/name, `c` cumulative, `p` pause); otherwise
 //! each refresh is printed as plain text, `--iterations N` times. `q`, Ctrl-C, SIGTERM and
 //! SIGHUP all end the session, so the JVM is left unprofiled.
@@ -11,6 +11,7 @@
 use crate::record::{TempDir, find_agent};
 use anyhow::{Context, Result, bail};
 use jvmprof_cli::attach;
+use jvmprof_profile::records::Tail;
 use jvmprof_profile::{FrameKind, Profile};
 use std::collections::HashMap;
 use std::io::{IsTerminal, Read, Write};
@@ -57,9 +58,7 @@ type Counts = HashMap<(String, String), (u64, u64)>;
 pub fn run(args: Args) -> Result<i32> {
     let refresh = jvmprof_options::parse_duration(&args.refresh).map_err(anyhow::Error::msg)?;
     if refresh < Duration::from_secs(1) {
-        bail!(
-            "--refresh must be at least 1s (the agent rewrites its profile at most once a second)"
-        );
+        bail!("--refresh must be at least 1s (the agent appends its records once a second)");
     }
     if args.iterations == Some(0) {
         bail!("--iterations must be at least 1");
@@ -68,10 +67,9 @@ pub fn run(args: Args) -> Result<i32> {
     let work = TempDir::new()?;
     let file = work.path.join("top.jvmprof");
     let mut options = format!(
-        "mode=cpu,interval={},file={},flush={}ms,owner_file={}",
+        "mode=cpu,interval={},file={},owner_file={}",
         args.interval,
         file.display(),
-        refresh.as_millis(),
         file.display()
     );
     if let Some((pid, start)) = jvmprof_options::this_process_as_owner() {
@@ -122,14 +120,14 @@ fn show(args: &Args, file: &Path, refresh: Duration, quit: &AtomicBool) -> Resul
     let mut sort = Sort::SelfTime;
     let mut cumulative = false;
     let mut paused = false;
-    let mut previous = Counts::new();
-    let mut previous_total = 0u64;
+    let mut tail = Tail::new();
+    let mut all = Counts::new();
+    let mut all_total = 0u64;
     let mut shown = 0u32;
     let mut last: Option<(Counts, u64)> = None;
-    let mut seen: Option<std::time::SystemTime> = None;
-    let mut last_update = Instant::now();
+    let mut next_read = Instant::now() + refresh;
     loop {
-        // Each rewrite of the profile by the agent (every refresh) is one refresh of the table;
+        // One refresh of the table every `refresh`, from what the agent appended meanwhile;
         // keys and signals are handled meanwhile.
         loop {
             if quit.load(Ordering::Relaxed) {
@@ -157,38 +155,39 @@ fn show(args: &Args, file: &Path, refresh: Duration, quit: &AtomicBool) -> Resul
                     draw(args, counts, *total, sort, cumulative, paused, true)?;
                 }
             }
-            let modified = std::fs::metadata(file).and_then(|m| m.modified()).ok();
-            if modified.is_some() && modified != seen {
-                seen = modified;
+            if Instant::now() >= next_read {
+                next_read += refresh;
                 break;
-            }
-            if last_update.elapsed() > refresh * 10 + Duration::from_secs(20) {
-                bail!(
-                    "process {} has not updated its profile for {:?}",
-                    args.pid,
-                    last_update.elapsed()
-                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        last_update = Instant::now();
-        let Some(profile) = read(file) else {
-            continue; // caught mid-rewrite: the next one will do
+        let gained = match tail.read(file) {
+            Ok(g) => g,
+            Err(_) if !file.exists() => Vec::new(), // the session has not written yet
+            Err(e) => bail!("cannot follow the profile of process {}: {e}", args.pid),
         };
-        let (counts, total) = count(&profile, args.threads);
+        if tail.ended() {
+            eprintln!("jvmprof: the session in process {} was ended", args.pid);
+            return Ok(());
+        }
+        let (counts, total) = count(tail.profile(), &gained, args.threads);
+        for (k, (s, t)) in &counts {
+            let acc = all.entry(k.clone()).or_default();
+            acc.0 += s;
+            acc.1 += t;
+        }
+        all_total += total;
         if paused {
             // Paused: the table stays; what arrives meanwhile shows after the pause.
             continue;
         }
         let view = if cumulative {
-            (counts.clone(), total)
+            (all.clone(), all_total)
         } else {
-            delta(&counts, &previous, total.saturating_sub(previous_total))
+            (counts, total)
         };
         draw(args, &view.0, view.1, sort, cumulative, paused, interactive)?;
         last = Some(view);
-        previous = counts;
-        previous_total = total;
         shown += 1;
         if args.iterations.is_some_and(|n| shown >= n) {
             return Ok(());
@@ -196,17 +195,16 @@ fn show(args: &Args, file: &Path, refresh: Duration, quit: &AtomicBool) -> Resul
     }
 }
 
-fn read(file: &Path) -> Option<Profile> {
-    jvmprof_profile::read_any(file).ok()
-}
-
 /// Per (thread, method): samples with the method on top (self) and anywhere (total, once per
-/// stack); and all samples.
-fn count(profile: &Profile, threads: bool) -> (Counts, u64) {
+/// stack), of what `gained` added to the samples of `profile`; and all those samples.
+fn count(profile: &Profile, gained: &[(u32, Vec<u64>)], threads: bool) -> (Counts, u64) {
     let mut counts = Counts::new();
     let mut total = 0u64;
-    for s in &profile.samples {
-        let n = s.values.first().copied().unwrap_or(0);
+    for (i, values) in gained {
+        let n = values.first().copied().unwrap_or(0);
+        let Some(s) = profile.samples.get(*i as usize) else {
+            continue;
+        };
         if n == 0 {
             continue;
         }
@@ -237,18 +235,6 @@ fn count(profile: &Profile, threads: bool) -> (Counts, u64) {
         }
     }
     (counts, total)
-}
-
-fn delta(now: &Counts, before: &Counts, total: u64) -> (Counts, u64) {
-    let mut out = Counts::new();
-    for (k, &(s, t)) in now {
-        let (bs, bt) = before.get(k).copied().unwrap_or((0, 0));
-        let d = (s.saturating_sub(bs), t.saturating_sub(bt));
-        if d != (0, 0) {
-            out.insert(k.clone(), d);
-        }
-    }
-    (out, total)
 }
 
 fn draw(

@@ -510,3 +510,62 @@ fn diff_of_two_runs() {
     };
     assert_eq!((base, new), (total(&a), total(&b)));
 }
+
+/// The native file is the record stream, appended about once a second: a JVM killed with
+/// SIGKILL after 10 s leaves a file that `report` reads, with at least 90 % of the samples the
+/// agent had taken 2 s before the kill (its status file says how many, once a second).
+#[test]
+fn a_jvm_killed_with_sigkill_leaves_a_readable_profile() {
+    let _guard = serial();
+    for home in jdk_homes() {
+        let dir = scratch("sigkill");
+        let out = dir.join("killed.jvmprof");
+        let status = dir.join("status");
+        let _ = std::fs::remove_file(&out);
+        let _ = std::fs::remove_file(&status);
+        let mut child = Command::new(jdk_tool(home.as_deref(), "java"))
+            .arg(format!(
+                "-agentpath:{}=mode=cpu,interval=10ms,file={},status={}",
+                agent().display(),
+                out.display(),
+                status.display()
+            ))
+            .arg("-cp")
+            .arg(classes())
+            .arg("Service")
+            .arg("60")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(8));
+        // "elapsed_ms samples", rewritten once a second.
+        let taken: u64 = std::fs::read_to_string(&status)
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        assert!(taken > 300, "only {taken} samples in 8 s");
+        let p = jvmprof_profile::read_any(&out).unwrap();
+        let read = p.total(0);
+        assert!(
+            read as f64 >= 0.9 * taken as f64,
+            "read {read} samples, the agent had taken {taken} 2 s before the kill"
+        );
+        assert!(
+            p.meta.extra["damage"].contains("no end record"),
+            "{:?}",
+            p.meta.extra
+        );
+        // `report` reads it too, and says the session did not end.
+        let o = run_ok(Command::new(jvmprof()).arg("report").arg(&out));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("Service.work"), "{text}");
+        assert!(text.contains("no end record"), "{text}");
+    }
+}

@@ -1,7 +1,9 @@
-//! `jvmprof trace`: synthetic per-JVM recordings (a profile, then a trace section, as the agent
-//! writes them) joined by the binary into every output format and read back. No JVM needed.
+//! `jvmprof trace`: synthetic per-JVM recordings (native files whose records carry the traces,
+//! as the agent writes them) joined by the binary into every output format and read back. No
+//! JVM needed.
 
-use jvmprof_profile::tracelog::{Chunk, Event, Protocol, SECTION, Side, VmHeader, write_chunk};
+use jvmprof_profile::records::RecordWriter;
+use jvmprof_profile::tracelog::{Chunk, Event, Protocol, Side, VmHeader};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -99,13 +101,12 @@ impl Vm {
         self.ev(thread, Event::Connection { local, remote, ns });
     }
 
-    /// Writes the native file: an empty profile, the trace marker, then the events in two
-    /// chunks (names first seen in the first); returns where the first chunk ends.
+    /// Writes the native file: an empty profile, then the events in two record chunks (names
+    /// first seen in the first); returns where the first chunk ends.
     fn write(&self, path: &Path) -> usize {
-        let mut bytes = Vec::new();
         let profile = jvmprof_profile::Profile::default();
-        jvmprof_profile::native::write(&profile, &mut bytes).unwrap();
-        bytes.extend_from_slice(SECTION);
+        let mut records = RecordWriter::new();
+        let mut bytes = jvmprof_profile::native::records_header().to_vec();
         let halves = |second: bool| -> Vec<(u64, Vec<Event>)> {
             self.threads
                 .iter()
@@ -137,13 +138,13 @@ impl Vm {
             events: halves(false),
             dropped_calls: 0,
         };
-        write_chunk(&first, &mut bytes).unwrap();
+        bytes.extend(records.update(&profile, &[], &[first], false).unwrap());
         let first_end = bytes.len();
         let second = Chunk {
             events: halves(true),
             ..Chunk::default()
         };
-        write_chunk(&second, &mut bytes).unwrap();
+        bytes.extend(records.update(&profile, &[], &[second], true).unwrap());
         std::fs::write(path, bytes).unwrap();
         first_end
     }

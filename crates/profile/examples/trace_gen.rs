@@ -9,7 +9,7 @@
 //! together; the events go out in chunks of at most 64k per thread, as the agent drains them.
 //! Prints one line per file, then `calls=N remote=N events=N`.
 
-use jvmprof_profile::tracelog::{Chunk, Event, Protocol, SECTION, Side, VmHeader, write_chunk};
+use jvmprof_profile::tracelog::{Chunk, Event, Protocol, Side, VmHeader};
 use std::path::PathBuf;
 
 const THREADS: usize = 8;
@@ -261,8 +261,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             },
             ..Default::default()
         };
-        jvmprof_profile::native::write(&profile, &mut out)?;
-        std::io::Write::write_all(&mut out, SECTION)?;
+        let mut records = jvmprof_profile::records::RecordWriter::new();
+        std::io::Write::write_all(&mut out, &jvmprof_profile::native::records_header())?;
         let mut first = true;
         let mut offsets = vec![0usize; vm.threads.len()];
         loop {
@@ -297,8 +297,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 break;
             }
             first = false;
-            write_chunk(&chunk, &mut out)?;
+            std::io::Write::write_all(&mut out, &records.update(&profile, &[], &[chunk], false)?)?;
         }
+        std::io::Write::write_all(&mut out, &records.update(&profile, &[], &[], true)?)?;
         std::io::Write::flush(&mut out)?;
         println!("{}", path.display());
     }
