@@ -24,10 +24,27 @@ pub struct Args {
     /// Drop samples whose stack has a frame matching PATTERN; repeatable.
     #[arg(short = 'X', long = "exclude-stack", value_name = "PATTERN")]
     pub exclude_stack: Vec<String>,
+    /// Print only the run's metadata and the profile's size, as JSON (for scripts):
+    /// `{"meta": {modes, metrics, engine, walk_failures, extra, ...}, "frames": N, "stacks": N,
+    /// "threads": N, "samples": N, "timeline": N}`.
+    #[arg(long)]
+    pub meta: bool,
 }
 
 pub fn run(args: Args) -> Result<i32> {
     let profile = jvmprof_profile::read_any(&args.file)?;
+    if args.meta {
+        let v = serde_json::json!({
+            "meta": profile.meta,
+            "frames": profile.frames.len(),
+            "stacks": profile.stacks.len(),
+            "threads": profile.threads.len(),
+            "samples": profile.samples.len(),
+            "timeline": profile.timeline.len(),
+        });
+        jvmprof_cli::print_out(&format!("{}\n", serde_json::to_string_pretty(&v)?))?;
+        return Ok(0);
+    }
     let profile =
         jvmprof_profile::filter::StackFilter::new(&args.include_stack, &args.exclude_stack)
             .apply(&profile);
