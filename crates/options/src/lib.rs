@@ -999,6 +999,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|_| format!("'{s}' is not a duration (e.g. 10ms, 250us, 30s)"))?;
     let ns = match unit {
+        // A bare number is a mistake waiting to happen (`--duration 10` was 10 ns): only 0
+        // needs no unit.
+        "" if n != 0 => {
+            return Err(format!(
+                "'{s}' needs a unit (ns, us, ms, s, m, h, d), e.g. {s}s or {s}ms"
+            ));
+        }
         "" | "ns" => Some(n),
         "us" => n.checked_mul(1_000),
         "ms" => n.checked_mul(1_000_000),
@@ -1289,7 +1296,12 @@ mod tests {
             Duration::from_secs(7 * 86_400)
         );
         assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
-        assert_eq!(parse_duration("1000").unwrap(), Duration::from_nanos(1000));
+        assert_eq!(parse_duration("1000ns").unwrap(), Duration::from_nanos(1000));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert_eq!(
+            parse_duration("10").unwrap_err(),
+            "'10' needs a unit (ns, us, ms, s, m, h, d), e.g. 10s or 10ms"
+        );
         assert!(parse_duration("ms").is_err());
     }
 }
