@@ -169,8 +169,24 @@ pub fn read(mut input: impl Read) -> Result<Profile> {
         }
         return Ok(profile);
     }
+    let mut compressed = Vec::new();
+    input.read_to_end(&mut compressed)?;
+    let limit = inflate_limit(compressed.len());
     let mut body = Vec::new();
-    if let Err(e) = GzDecoder::new(input).read_to_end(&mut body) {
+    let inflated = GzDecoder::new(&compressed[..])
+        .take(limit + 1)
+        .read_to_end(&mut body);
+    if inflated.is_ok() && body.len() as u64 > limit {
+        return Err(Error::invalid(
+            FORMAT,
+            format!(
+                "{} compressed bytes inflate past {limit} bytes (at most 64 times the \
+                 compressed size, and 256 MiB, is believed)",
+                compressed.len()
+            ),
+        ));
+    }
+    if let Err(e) = inflated {
         return Err(match e.kind() {
             io::ErrorKind::UnexpectedEof => {
                 Error::truncated(FORMAT, "the compressed data ends early")
@@ -245,6 +261,14 @@ fn replay(
         o => format!("{o}: {}", problems.join("; ")),
     });
     Ok((profile, trace, damage))
+}
+
+/// The most bytes a version 1 to 4 file of `compressed` bytes may inflate to: real profiles
+/// compress 3 to 10 times, a gzip of zeros a thousand times (a 2 MB file took 2.1 GB).
+fn inflate_limit(compressed: usize) -> u64 {
+    (compressed as u64)
+        .saturating_mul(64)
+        .clamp(256 << 20, 8 << 30)
 }
 
 /// The whole of `body` as one `T`.
@@ -518,6 +542,23 @@ mod tests {
         let bytes = std::fs::read(path).unwrap();
         assert_eq!(&bytes[8..10], &[5, 0]);
         assert_eq!(read(&bytes[..]).unwrap(), timed_profile());
+    }
+
+    #[test]
+    fn a_gzip_bomb_behind_a_version_4_header_is_refused_within_bounded_memory() {
+        let mut bytes = b"JVMPROF\0\x04\x00".to_vec();
+        let mut gz = flate2::write::GzEncoder::new(&mut bytes, flate2::Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..300 {
+            gz.write_all(&zeros).unwrap();
+        }
+        gz.finish().unwrap();
+        assert!(bytes.len() < 1 << 20);
+        let e = read(&bytes[..]).unwrap_err();
+        assert!(
+            e.to_string().contains("inflate past 268435456 bytes"),
+            "{e}"
+        );
     }
 
     #[test]
