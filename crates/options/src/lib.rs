@@ -1296,7 +1296,10 @@ mod tests {
             Duration::from_secs(7 * 86_400)
         );
         assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
-        assert_eq!(parse_duration("1000ns").unwrap(), Duration::from_nanos(1000));
+        assert_eq!(
+            parse_duration("1000ns").unwrap(),
+            Duration::from_nanos(1000)
+        );
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
         assert_eq!(
             parse_duration("10").unwrap_err(),
