@@ -3,25 +3,40 @@
 //! SECONDS: a thread snapshot (THREADS threads, stacks DEPTH deep from a pool of frames) and a
 //! sample batch (BATCH stacks) in turn, like an agent with 1 s snapshots and 1 s batches.
 //!
-//! Prints one JSON line: what was sent (snapshots, batches, samples, bytes) and the size of one
-//! steady-state snapshot message and one batch message on the wire.
+//! Like the real agent (`crates/agent/src/stream.rs`), a connection keeps its sample batches until
+//! the collector acknowledges them as stored, and keeps at most WINDOW of them unacknowledged:
+//! with a full window it sends no batch, only waits for an Ack (sending a snapshot now and then,
+//! as an agent keeps doing, since the collector answers when it reads). So the collector is
+//! saturated, but never more than WINDOW batches per connection behind: when SECONDS are over,
+//! the run ends within moments instead of leaving a backlog in the sockets to drain.
 //!
-//! Usage: loadgen ADDR AGENTS SECONDS [THREADS=30] [DEPTH=24] [BATCH=50]
+//! Prints one JSON line: what was sent (snapshots, batches, sample records, weighted samples,
+//! bytes), the size of one steady-state snapshot message and one batch message on the wire, and
+//! the batches acknowledged.
+//!
+//! Usage: loadgen ADDR AGENTS SECONDS [THREADS=30] [DEPTH=24] [BATCH=50] [WINDOW=8]
 
 use jvmprof_profile::{Frame, Metric, Thread, ThreadState};
 use jvmprof_proto::{
     Encoder, Hello, Reply, SampleBatch, SampleDelta, Snapshot, Tables, ThreadDump, VERSION,
 };
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
+
+/// How long a connection with a full window waits for an Ack before it sends a snapshot (the
+/// collector acknowledges when it reads); the real agent polls for acks as often.
+const ACK_WAIT: Duration = Duration::from_millis(200);
 
 #[derive(Default, Clone, Copy)]
 struct Sent {
     snapshots: u64,
     batches: u64,
+    /// Sample records (deltas) and the samples they weigh.
+    records: u64,
     samples: u64,
     bytes: u64,
+    acked: u64,
     snapshot_bytes: u64,
     batch_bytes: u64,
 }
@@ -67,7 +82,52 @@ fn tables(threads: usize, depth: usize, stacks: usize) -> Tables {
     t
 }
 
-fn agent(addr: &str, n: usize, seconds: f64, threads: usize, depth: usize, batch: usize) -> Sent {
+/// The newest Ack's seq among the complete replies in `replies` (taken off it).
+fn take_acks(replies: &mut Vec<u8>) -> Option<u64> {
+    let mut newest = None;
+    let mut used = 0;
+    while let Ok(Some((payload, n))) = jvmprof_proto::wire::take_frame(&replies[used..]) {
+        if let Ok(Reply::Ack { seq }) = jvmprof_proto::wire::decode_payload(payload) {
+            newest = newest.max(Some(seq));
+        }
+        used += n;
+    }
+    replies.drain(..used);
+    newest
+}
+
+/// Reads what replies have come (waiting up to `wait` for the first, none: not at all); the
+/// newest acknowledged seq, or `None` if the collector closed the connection or failed.
+fn read_acks(
+    sock: &mut TcpStream,
+    replies: &mut Vec<u8>,
+    acked: u64,
+    wait: Option<Duration>,
+) -> Option<u64> {
+    let mut buf = [0u8; 4096];
+    let mut first = true;
+    loop {
+        // Blocking (with a timeout) for the first read when asked to wait, else non-blocking.
+        let blocking = first && wait.is_some();
+        let _ = sock.set_nonblocking(!blocking);
+        if blocking {
+            let _ = sock.set_read_timeout(wait);
+        }
+        first = false;
+        match sock.read(&mut buf) {
+            Ok(0) => return None,
+            Ok(k) => replies.extend_from_slice(&buf[..k]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    let _ = sock.set_nonblocking(false);
+    Some(take_acks(replies).map_or(acked, |seq| seq.max(acked)))
+}
+
+fn agent(addr: &str, n: usize, seconds: f64, shape: (usize, usize, usize), window: u64) -> Sent {
+    let (threads, depth, batch) = shape;
     let mut sent = Sent::default();
     let Ok(mut sock) = TcpStream::connect(addr) else {
         eprintln!("loadgen: agent {n}: cannot connect to {addr}");
@@ -109,11 +169,8 @@ fn agent(addr: &str, n: usize, seconds: f64, threads: usize, depth: usize, batch
         eprintln!("loadgen: agent {n}: not welcomed");
         return sent;
     }
-    let mut reader = sock.try_clone().expect("clone socket");
-    let drain = std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while matches!(reader.read(&mut buf), Ok(k) if k > 0) {}
-    });
+    let mut replies = Vec::new();
+    let mut acked = 0;
     let mut rng = Rng(n as u64 * 7919 + 1);
     let end = Instant::now() + Duration::from_secs_f64(seconds);
     let states = [
@@ -125,6 +182,23 @@ fn agent(addr: &str, n: usize, seconds: f64, threads: usize, depth: usize, batch
     ];
     let mut seq = 0;
     while Instant::now() < end {
+        match read_acks(&mut sock, &mut replies, acked, None) {
+            Some(a) => acked = a,
+            None => return sent,
+        }
+        // A full window: wait for an Ack; if none comes, send a snapshot (the collector reads
+        // it, then acknowledges what it has stored meanwhile).
+        let full = seq - acked >= window;
+        if full {
+            match read_acks(&mut sock, &mut replies, acked, Some(ACK_WAIT)) {
+                Some(a) if a > acked => {
+                    acked = a;
+                    continue;
+                }
+                Some(_) => {}
+                None => return sent,
+            }
+        }
         out.clear();
         let snap = Snapshot {
             time_unix_ms: 1_000 + sent.snapshots,
@@ -147,6 +221,14 @@ fn agent(addr: &str, n: usize, seconds: f64, threads: usize, depth: usize, batch
         let before = out.len();
         enc.snapshot(&t, &snap, &mut out);
         sent.snapshot_bytes = (out.len() - before) as u64;
+        if full {
+            if sock.write_all(&out).is_err() {
+                break;
+            }
+            sent.bytes += out.len() as u64;
+            sent.snapshots += 1;
+            continue;
+        }
         seq += 1;
         let b = SampleBatch {
             seq,
@@ -172,20 +254,32 @@ fn agent(addr: &str, n: usize, seconds: f64, threads: usize, depth: usize, batch
         sent.bytes += out.len() as u64;
         sent.snapshots += 1;
         sent.batches += 1;
+        sent.records += b.samples.len() as u64;
         sent.samples += b.samples.iter().map(|s| s.values[0]).sum::<u64>();
     }
     out.clear();
     enc.message(&jvmprof_proto::Message::Bye, &mut out);
     let _ = sock.write_all(&out);
     let _ = sock.shutdown(std::net::Shutdown::Write);
-    let _ = drain.join();
+    // The collector stores the rest, acknowledges it and closes.
+    let _ = sock.set_read_timeout(Some(Duration::from_secs(60)));
+    let mut buf = [0u8; 4096];
+    while let Ok(k) = sock.read(&mut buf) {
+        if k == 0 {
+            break;
+        }
+        replies.extend_from_slice(&buf[..k]);
+    }
+    sent.acked = take_acks(&mut replies).map_or(acked, |seq| seq.max(acked));
     sent
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
-        eprintln!("usage: loadgen ADDR AGENTS SECONDS [THREADS=30] [DEPTH=24] [BATCH=50]");
+        eprintln!(
+            "usage: loadgen ADDR AGENTS SECONDS [THREADS=30] [DEPTH=24] [BATCH=50] [WINDOW=8]"
+        );
         std::process::exit(2);
     }
     let num = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
@@ -193,11 +287,12 @@ fn main() {
     let agents = num(2, 10);
     let seconds: f64 = args[3].parse().expect("SECONDS");
     let (threads, depth, batch) = (num(4, 30), num(5, 24), num(6, 50));
+    let window = num(7, 8).max(1) as u64;
     let started = Instant::now();
     let handles: Vec<_> = (0..agents)
         .map(|n| {
             let addr = addr.clone();
-            std::thread::spawn(move || agent(&addr, n, seconds, threads, depth, batch))
+            std::thread::spawn(move || agent(&addr, n, seconds, (threads, depth, batch), window))
         })
         .collect();
     let mut total = Sent::default();
@@ -205,16 +300,20 @@ fn main() {
         let s = h.join().unwrap_or_default();
         total.snapshots += s.snapshots;
         total.batches += s.batches;
+        total.records += s.records;
         total.samples += s.samples;
+        total.acked += s.acked;
         total.bytes += s.bytes;
         total.snapshot_bytes = total.snapshot_bytes.max(s.snapshot_bytes);
         total.batch_bytes = total.batch_bytes.max(s.batch_bytes);
     }
     println!(
-        "{{\"agents\":{agents},\"seconds\":{:.3},\"threads\":{threads},\"depth\":{depth},\"batch\":{batch},\"snapshots\":{},\"batches\":{},\"samples\":{},\"bytes\":{},\"snapshot_bytes\":{},\"batch_bytes\":{}}}",
+        "{{\"agents\":{agents},\"seconds\":{:.3},\"threads\":{threads},\"depth\":{depth},\"batch\":{batch},\"window\":{window},\"snapshots\":{},\"batches\":{},\"acked\":{},\"records\":{},\"samples\":{},\"bytes\":{},\"snapshot_bytes\":{},\"batch_bytes\":{}}}",
         started.elapsed().as_secs_f64(),
         total.snapshots,
         total.batches,
+        total.acked,
+        total.records,
         total.samples,
         total.bytes,
         total.snapshot_bytes,
