@@ -5,8 +5,9 @@
 //!
 //! Like the real agent (`crates/agent/src/stream.rs`), a connection keeps its sample batches until
 //! the collector acknowledges them as stored, and keeps at most WINDOW of them unacknowledged:
-//! with a full window it sends no batch, only waits for an Ack (sending a snapshot now and then,
-//! as an agent keeps doing, since the collector answers when it reads). So the collector is
+//! with a full window it sends no batch, only waits for an Ack (sending a snapshot every
+//! `ACK_WAIT` meanwhile, as an agent keeps sending them, since the collector answers when it
+//! reads). So the collector is
 //! saturated, but never more than WINDOW batches per connection behind: when SECONDS are over,
 //! the run ends within moments instead of leaving a backlog in the sockets to drain.
 //!
@@ -24,9 +25,10 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-/// How long a connection with a full window waits for an Ack before it sends a snapshot (the
-/// collector acknowledges when it reads); the real agent polls for acks as often.
-const ACK_WAIT: Duration = Duration::from_millis(200);
+/// How long a connection with a full window waits for an Ack before it sends a snapshot: the
+/// collector acknowledges what is stored when it reads, so a connection that has sent its whole
+/// window has to give it something to read (a real agent keeps sending snapshots anyway).
+const ACK_WAIT: Duration = Duration::from_millis(10);
 
 #[derive(Default, Clone, Copy)]
 struct Sent {
