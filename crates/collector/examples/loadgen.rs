@@ -5,9 +5,9 @@
 //!
 //! Like the real agent (`crates/agent/src/stream.rs`), a connection keeps its sample batches until
 //! the collector acknowledges them as stored, and keeps at most WINDOW of them unacknowledged:
-//! with a full window it sends no batch, only waits for an Ack (sending a snapshot every
-//! `ACK_WAIT` meanwhile, as an agent keeps sending them, since the collector answers when it
-//! reads). So the collector is
+//! with a full window it sends no batch, only waits for an Ack (writing one byte of its next
+//! message every `ACK_WAIT` meanwhile, since the collector answers when it reads). So the
+//! collector is
 //! saturated, but never more than WINDOW batches per connection behind: when SECONDS are over,
 //! the run ends within moments instead of leaving a backlog in the sockets to drain.
 //!
@@ -25,9 +25,9 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-/// How long a connection with a full window waits for an Ack before it sends a snapshot: the
-/// collector acknowledges what is stored when it reads, so a connection that has sent its whole
-/// window has to give it something to read (a real agent keeps sending snapshots anyway).
+/// How long a connection with a full window waits for an Ack before it writes one more byte:
+/// the collector acknowledges what is stored when it reads, so a connection that has sent its
+/// whole window has to give it something to read, and a byte adds no work and no backlog.
 const ACK_WAIT: Duration = Duration::from_millis(10);
 
 #[derive(Default, Clone, Copy)]
@@ -41,6 +41,17 @@ struct Sent {
     acked: u64,
     snapshot_bytes: u64,
     batch_bytes: u64,
+}
+
+impl Sent {
+    /// A snapshot and a batch of `bytes` in all, its batch holding (records, samples).
+    fn count(&mut self, bytes: usize, (records, samples): (u64, u64)) {
+        self.bytes += bytes as u64;
+        self.snapshots += 1;
+        self.batches += 1;
+        self.records += records;
+        self.samples += samples;
+    }
 }
 
 /// A small deterministic generator (xorshift), so runs are comparable.
@@ -183,81 +194,85 @@ fn agent(addr: &str, n: usize, seconds: f64, shape: (usize, usize, usize), windo
         ThreadState::Blocked,
     ];
     let mut seq = 0;
+    // The next snapshot and batch, encoded; how much of it is written; what its batch holds
+    // (records, samples).
+    let (mut next, mut written, mut holds) = (Vec::new(), 0, (0, 0));
     while Instant::now() < end {
         match read_acks(&mut sock, &mut replies, acked, None) {
             Some(a) => acked = a,
             None => return sent,
         }
-        // A full window: wait for an Ack; if none comes, send a snapshot (the collector reads
-        // it, then acknowledges what it has stored meanwhile).
-        let full = seq - acked >= window;
-        if full {
-            match read_acks(&mut sock, &mut replies, acked, Some(ACK_WAIT)) {
-                Some(a) if a > acked => {
-                    acked = a;
-                    continue;
+        if written == next.len() {
+            next.clear();
+            written = 0;
+            let snap = Snapshot {
+                time_unix_ms: 1_000 + sent.snapshots,
+                threads: (0..threads)
+                    .map(|i| ThreadDump {
+                        id: i as i64 + 1,
+                        name: format!("worker-{i}"),
+                        group: "main".into(),
+                        daemon: false,
+                        state: states[rng.next(states.len())],
+                        order: i as u64,
+                        frames: t.stacks[rng.next(t.stacks.len())]
+                            .iter()
+                            .rev()
+                            .copied()
+                            .collect(),
+                    })
+                    .collect(),
+            };
+            enc.snapshot(&t, &snap, &mut next);
+            sent.snapshot_bytes = next.len() as u64;
+            let b = SampleBatch {
+                seq: seq + 1,
+                time_unix_ms: 1_001 + seq,
+                samples: (0..batch)
+                    .map(|_| {
+                        let k = 1 + rng.next(20) as u64;
+                        SampleDelta {
+                            thread: rng.next(threads) as u32,
+                            stack: rng.next(t.stacks.len()) as u32,
+                            state: ThreadState::Running,
+                            values: vec![k, k * 10_000_000],
+                        }
+                    })
+                    .collect(),
+            };
+            enc.samples(&t, &b, &mut next);
+            sent.batch_bytes = next.len() as u64 - sent.snapshot_bytes;
+            holds = (
+                b.samples.len() as u64,
+                b.samples.iter().map(|s| s.values[0]).sum::<u64>(),
+            );
+        }
+        if seq - acked >= window {
+            // A full window: no batch goes out until an Ack comes. The collector acknowledges
+            // when it reads, so it gets one more byte of the next message every ACK_WAIT (never
+            // the last one: the batch stays unsent).
+            if written + 1 < next.len() {
+                if sock.write_all(&next[written..written + 1]).is_err() {
+                    break;
                 }
-                Some(_) => {}
+                written += 1;
+            }
+            match read_acks(&mut sock, &mut replies, acked, Some(ACK_WAIT)) {
+                Some(a) => acked = a,
                 None => return sent,
             }
-        }
-        out.clear();
-        let snap = Snapshot {
-            time_unix_ms: 1_000 + sent.snapshots,
-            threads: (0..threads)
-                .map(|i| ThreadDump {
-                    id: i as i64 + 1,
-                    name: format!("worker-{i}"),
-                    group: "main".into(),
-                    daemon: false,
-                    state: states[rng.next(states.len())],
-                    order: i as u64,
-                    frames: t.stacks[rng.next(t.stacks.len())]
-                        .iter()
-                        .rev()
-                        .copied()
-                        .collect(),
-                })
-                .collect(),
-        };
-        let before = out.len();
-        enc.snapshot(&t, &snap, &mut out);
-        sent.snapshot_bytes = (out.len() - before) as u64;
-        if full {
-            if sock.write_all(&out).is_err() {
-                break;
-            }
-            sent.bytes += out.len() as u64;
-            sent.snapshots += 1;
             continue;
         }
-        seq += 1;
-        let b = SampleBatch {
-            seq,
-            time_unix_ms: 1_000 + seq,
-            samples: (0..batch)
-                .map(|_| {
-                    let k = 1 + rng.next(20) as u64;
-                    SampleDelta {
-                        thread: rng.next(threads) as u32,
-                        stack: rng.next(t.stacks.len()) as u32,
-                        state: ThreadState::Running,
-                        values: vec![k, k * 10_000_000],
-                    }
-                })
-                .collect(),
-        };
-        let before = out.len();
-        enc.samples(&t, &b, &mut out);
-        sent.batch_bytes = (out.len() - before) as u64;
-        if sock.write_all(&out).is_err() {
+        if sock.write_all(&next[written..]).is_err() {
             break;
         }
-        sent.bytes += out.len() as u64;
-        sent.snapshots += 1;
-        sent.batches += 1;
-        sent.records += b.samples.len() as u64;
-        sent.samples += b.samples.iter().map(|s| s.values[0]).sum::<u64>();
+        written = next.len();
+        seq += 1;
+        sent.count(next.len(), holds);
+    }
+    // A message begun is finished, so the stream stays whole.
+    if 0 < written && written < next.len() && sock.write_all(&next[written..]).is_ok() {
+        sent.count(next.len(), holds);
     }
     out.clear();
     enc.message(&jvmprof_proto::Message::Bye, &mut out);
