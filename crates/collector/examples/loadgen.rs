@@ -3,27 +3,55 @@
 //! SECONDS: a thread snapshot (THREADS threads, stacks DEPTH deep from a pool of frames) and a
 //! sample batch (BATCH stacks) in turn, like an agent with 1 s snapshots and 1 s batches.
 //!
-//! Prints one JSON line: what was sent (snapshots, batches, samples, bytes) and the size of one
-//! steady-state snapshot message and one batch message on the wire.
+//! Like the real agent (`crates/agent/src/stream.rs`), a connection keeps its sample batches until
+//! the collector acknowledges them as stored, and keeps at most WINDOW of them unacknowledged:
+//! with a full window it sends no batch, only waits for an Ack (writing one byte of its next
+//! message every `ACK_WAIT` meanwhile, since the collector answers when it reads). So the
+//! collector is
+//! saturated, but never more than WINDOW batches per connection behind: when SECONDS are over,
+//! the run ends within moments instead of leaving a backlog in the sockets to drain.
 //!
-//! Usage: loadgen ADDR AGENTS SECONDS [THREADS=30] [DEPTH=24] [BATCH=50]
+//! Prints one JSON line: what was sent (snapshots, batches, sample records, weighted samples,
+//! bytes), the size of one steady-state snapshot message and one batch message on the wire, and
+//! the batches acknowledged.
+//!
+//! Usage: loadgen ADDR AGENTS SECONDS [THREADS=30] [DEPTH=24] [BATCH=50] [WINDOW=8]
 
 use jvmprof_profile::{Frame, Metric, Thread, ThreadState};
 use jvmprof_proto::{
     Encoder, Hello, Reply, SampleBatch, SampleDelta, Snapshot, Tables, ThreadDump, VERSION,
 };
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
+
+/// How long a connection with a full window waits for an Ack before it writes one more byte:
+/// the collector acknowledges what is stored when it reads, so a connection that has sent its
+/// whole window has to give it something to read, and a byte adds no work and no backlog.
+const ACK_WAIT: Duration = Duration::from_millis(10);
 
 #[derive(Default, Clone, Copy)]
 struct Sent {
     snapshots: u64,
     batches: u64,
+    /// Sample records (deltas) and the samples they weigh.
+    records: u64,
     samples: u64,
     bytes: u64,
+    acked: u64,
     snapshot_bytes: u64,
     batch_bytes: u64,
+}
+
+impl Sent {
+    /// A snapshot and a batch of `bytes` in all, its batch holding (records, samples).
+    fn count(&mut self, bytes: usize, (records, samples): (u64, u64)) {
+        self.bytes += bytes as u64;
+        self.snapshots += 1;
+        self.batches += 1;
+        self.records += records;
+        self.samples += samples;
+    }
 }
 
 /// A small deterministic generator (xorshift), so runs are comparable.
@@ -67,7 +95,52 @@ fn tables(threads: usize, depth: usize, stacks: usize) -> Tables {
     t
 }
 
-fn agent(addr: &str, n: usize, seconds: f64, threads: usize, depth: usize, batch: usize) -> Sent {
+/// The newest Ack's seq among the complete replies in `replies` (taken off it).
+fn take_acks(replies: &mut Vec<u8>) -> Option<u64> {
+    let mut newest = None;
+    let mut used = 0;
+    while let Ok(Some((payload, n))) = jvmprof_proto::wire::take_frame(&replies[used..]) {
+        if let Ok(Reply::Ack { seq }) = jvmprof_proto::wire::decode_payload(payload) {
+            newest = newest.max(Some(seq));
+        }
+        used += n;
+    }
+    replies.drain(..used);
+    newest
+}
+
+/// Reads what replies have come (waiting up to `wait` for the first, none: not at all); the
+/// newest acknowledged seq, or `None` if the collector closed the connection or failed.
+fn read_acks(
+    sock: &mut TcpStream,
+    replies: &mut Vec<u8>,
+    acked: u64,
+    wait: Option<Duration>,
+) -> Option<u64> {
+    let mut buf = [0u8; 4096];
+    let mut first = true;
+    loop {
+        // Blocking (with a timeout) for the first read when asked to wait, else non-blocking.
+        let blocking = first && wait.is_some();
+        let _ = sock.set_nonblocking(!blocking);
+        if blocking {
+            let _ = sock.set_read_timeout(wait);
+        }
+        first = false;
+        match sock.read(&mut buf) {
+            Ok(0) => return None,
+            Ok(k) => replies.extend_from_slice(&buf[..k]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    let _ = sock.set_nonblocking(false);
+    Some(take_acks(replies).map_or(acked, |seq| seq.max(acked)))
+}
+
+fn agent(addr: &str, n: usize, seconds: f64, shape: (usize, usize, usize), window: u64) -> Sent {
+    let (threads, depth, batch) = shape;
     let mut sent = Sent::default();
     let Ok(mut sock) = TcpStream::connect(addr) else {
         eprintln!("loadgen: agent {n}: cannot connect to {addr}");
@@ -109,11 +182,8 @@ fn agent(addr: &str, n: usize, seconds: f64, threads: usize, depth: usize, batch
         eprintln!("loadgen: agent {n}: not welcomed");
         return sent;
     }
-    let mut reader = sock.try_clone().expect("clone socket");
-    let drain = std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while matches!(reader.read(&mut buf), Ok(k) if k > 0) {}
-    });
+    let mut replies = Vec::new();
+    let mut acked = 0;
     let mut rng = Rng(n as u64 * 7919 + 1);
     let end = Instant::now() + Duration::from_secs_f64(seconds);
     let states = [
@@ -124,68 +194,109 @@ fn agent(addr: &str, n: usize, seconds: f64, threads: usize, depth: usize, batch
         ThreadState::Blocked,
     ];
     let mut seq = 0;
+    // The next snapshot and batch, encoded; how much of it is written; what its batch holds
+    // (records, samples).
+    let (mut next, mut written, mut holds) = (Vec::new(), 0, (0, 0));
     while Instant::now() < end {
-        out.clear();
-        let snap = Snapshot {
-            time_unix_ms: 1_000 + sent.snapshots,
-            threads: (0..threads)
-                .map(|i| ThreadDump {
-                    id: i as i64 + 1,
-                    name: format!("worker-{i}"),
-                    group: "main".into(),
-                    daemon: false,
-                    state: states[rng.next(states.len())],
-                    order: i as u64,
-                    frames: t.stacks[rng.next(t.stacks.len())]
-                        .iter()
-                        .rev()
-                        .copied()
-                        .collect(),
-                })
-                .collect(),
-        };
-        let before = out.len();
-        enc.snapshot(&t, &snap, &mut out);
-        sent.snapshot_bytes = (out.len() - before) as u64;
-        seq += 1;
-        let b = SampleBatch {
-            seq,
-            time_unix_ms: 1_000 + seq,
-            samples: (0..batch)
-                .map(|_| {
-                    let k = 1 + rng.next(20) as u64;
-                    SampleDelta {
-                        thread: rng.next(threads) as u32,
-                        stack: rng.next(t.stacks.len()) as u32,
-                        state: ThreadState::Running,
-                        values: vec![k, k * 10_000_000],
-                    }
-                })
-                .collect(),
-        };
-        let before = out.len();
-        enc.samples(&t, &b, &mut out);
-        sent.batch_bytes = (out.len() - before) as u64;
-        if sock.write_all(&out).is_err() {
+        match read_acks(&mut sock, &mut replies, acked, None) {
+            Some(a) => acked = a,
+            None => return sent,
+        }
+        if written == next.len() {
+            next.clear();
+            written = 0;
+            let snap = Snapshot {
+                time_unix_ms: 1_000 + sent.snapshots,
+                threads: (0..threads)
+                    .map(|i| ThreadDump {
+                        id: i as i64 + 1,
+                        name: format!("worker-{i}"),
+                        group: "main".into(),
+                        daemon: false,
+                        state: states[rng.next(states.len())],
+                        order: i as u64,
+                        frames: t.stacks[rng.next(t.stacks.len())]
+                            .iter()
+                            .rev()
+                            .copied()
+                            .collect(),
+                    })
+                    .collect(),
+            };
+            enc.snapshot(&t, &snap, &mut next);
+            sent.snapshot_bytes = next.len() as u64;
+            let b = SampleBatch {
+                seq: seq + 1,
+                time_unix_ms: 1_001 + seq,
+                samples: (0..batch)
+                    .map(|_| {
+                        let k = 1 + rng.next(20) as u64;
+                        SampleDelta {
+                            thread: rng.next(threads) as u32,
+                            stack: rng.next(t.stacks.len()) as u32,
+                            state: ThreadState::Running,
+                            values: vec![k, k * 10_000_000],
+                        }
+                    })
+                    .collect(),
+            };
+            enc.samples(&t, &b, &mut next);
+            sent.batch_bytes = next.len() as u64 - sent.snapshot_bytes;
+            holds = (
+                b.samples.len() as u64,
+                b.samples.iter().map(|s| s.values[0]).sum::<u64>(),
+            );
+        }
+        if seq - acked >= window {
+            // A full window: no batch goes out until an Ack comes. The collector acknowledges
+            // when it reads, so it gets one more byte of the next message every ACK_WAIT (never
+            // the last one: the batch stays unsent).
+            if written + 1 < next.len() {
+                if sock.write_all(&next[written..written + 1]).is_err() {
+                    break;
+                }
+                written += 1;
+            }
+            match read_acks(&mut sock, &mut replies, acked, Some(ACK_WAIT)) {
+                Some(a) => acked = a,
+                None => return sent,
+            }
+            continue;
+        }
+        if sock.write_all(&next[written..]).is_err() {
             break;
         }
-        sent.bytes += out.len() as u64;
-        sent.snapshots += 1;
-        sent.batches += 1;
-        sent.samples += b.samples.iter().map(|s| s.values[0]).sum::<u64>();
+        written = next.len();
+        seq += 1;
+        sent.count(next.len(), holds);
+    }
+    // A message begun is finished, so the stream stays whole.
+    if 0 < written && written < next.len() && sock.write_all(&next[written..]).is_ok() {
+        sent.count(next.len(), holds);
     }
     out.clear();
     enc.message(&jvmprof_proto::Message::Bye, &mut out);
     let _ = sock.write_all(&out);
     let _ = sock.shutdown(std::net::Shutdown::Write);
-    let _ = drain.join();
+    // The collector stores the rest, acknowledges it and closes.
+    let _ = sock.set_read_timeout(Some(Duration::from_secs(60)));
+    let mut buf = [0u8; 4096];
+    while let Ok(k) = sock.read(&mut buf) {
+        if k == 0 {
+            break;
+        }
+        replies.extend_from_slice(&buf[..k]);
+    }
+    sent.acked = take_acks(&mut replies).map_or(acked, |seq| seq.max(acked));
     sent
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
-        eprintln!("usage: loadgen ADDR AGENTS SECONDS [THREADS=30] [DEPTH=24] [BATCH=50]");
+        eprintln!(
+            "usage: loadgen ADDR AGENTS SECONDS [THREADS=30] [DEPTH=24] [BATCH=50] [WINDOW=8]"
+        );
         std::process::exit(2);
     }
     let num = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
@@ -193,11 +304,12 @@ fn main() {
     let agents = num(2, 10);
     let seconds: f64 = args[3].parse().expect("SECONDS");
     let (threads, depth, batch) = (num(4, 30), num(5, 24), num(6, 50));
+    let window = num(7, 8).max(1) as u64;
     let started = Instant::now();
     let handles: Vec<_> = (0..agents)
         .map(|n| {
             let addr = addr.clone();
-            std::thread::spawn(move || agent(&addr, n, seconds, threads, depth, batch))
+            std::thread::spawn(move || agent(&addr, n, seconds, (threads, depth, batch), window))
         })
         .collect();
     let mut total = Sent::default();
@@ -205,16 +317,20 @@ fn main() {
         let s = h.join().unwrap_or_default();
         total.snapshots += s.snapshots;
         total.batches += s.batches;
+        total.records += s.records;
         total.samples += s.samples;
+        total.acked += s.acked;
         total.bytes += s.bytes;
         total.snapshot_bytes = total.snapshot_bytes.max(s.snapshot_bytes);
         total.batch_bytes = total.batch_bytes.max(s.batch_bytes);
     }
     println!(
-        "{{\"agents\":{agents},\"seconds\":{:.3},\"threads\":{threads},\"depth\":{depth},\"batch\":{batch},\"snapshots\":{},\"batches\":{},\"samples\":{},\"bytes\":{},\"snapshot_bytes\":{},\"batch_bytes\":{}}}",
+        "{{\"agents\":{agents},\"seconds\":{:.3},\"threads\":{threads},\"depth\":{depth},\"batch\":{batch},\"window\":{window},\"snapshots\":{},\"batches\":{},\"acked\":{},\"records\":{},\"samples\":{},\"bytes\":{},\"snapshot_bytes\":{},\"batch_bytes\":{}}}",
         started.elapsed().as_secs_f64(),
         total.snapshots,
         total.batches,
+        total.acked,
+        total.records,
         total.samples,
         total.bytes,
         total.snapshot_bytes,

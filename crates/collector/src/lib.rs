@@ -11,14 +11,14 @@
 #![forbid(unsafe_code)]
 
 pub mod analysis;
-pub mod clickhouse;
 pub mod heaps;
 pub mod http;
 pub mod ingest;
 pub mod push;
-mod queue;
 pub mod store;
 pub mod traces;
+
+pub use store::{clickhouse, now_ms};
 
 use analysis::{Analysis, CallGraphs, LiveView, Profiles, Trace};
 use jvmprof_proto::{Decoder, Event, MAGIC, Reply};
@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use store::{Store, VmRecord};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -63,13 +63,6 @@ pub struct Config {
     pub clickhouse: Option<clickhouse::Location>,
     /// Where to push every VM's profile (`--push`), if anywhere.
     pub push: Option<push::PushConfig>,
-}
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 struct VmState {

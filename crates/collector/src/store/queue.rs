@@ -1,18 +1,17 @@
 //! The queue in front of a store's writer thread, the same for every store: connections put VMs,
 //! sample batches and snapshots in it and never wait for storage (unless the backlog grows, see
-//! [`Queue::backlog`]); a barrier resolves once everything queued before it is written; the
+//! [`Ledger::backlog`]); a barrier resolves once everything queued before it is written; the
 //! writer records which batches are committed, so they can be acknowledged to agents.
 
-use crate::store::VmRecord;
+use super::types::VmRecord;
 use jvmprof_profile::Profile;
 use jvmprof_proto::Snapshot;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 
-/// One queued write; `C` is a store's own chores (redb's maintenance and deletions), kept in the
-/// same queue so they run after the writes before them.
-pub enum Write<C> {
+/// One queued write, the same for every store.
+pub enum Write {
     Vm(VmRecord),
     Batch {
         vm: u64,
@@ -25,11 +24,20 @@ pub enum Write<C> {
         snapshot: Snapshot,
     },
     Barrier(tokio::sync::oneshot::Sender<()>),
+}
+
+/// What a store's writer thread takes from its queue: a write, or one of the store's own chores
+/// (`C`: redb's maintenance and deletions), kept in the same queue so it runs after the writes
+/// before it. (A write is large beside ClickHouse's empty chores; it moves through the channel
+/// once, so it is not boxed.)
+#[allow(clippy::large_enum_variant)]
+pub enum Job<C> {
+    Write(Write),
     Chore(C),
 }
 
 pub struct Queue<C> {
-    tx: mpsc::Sender<Write<C>>,
+    tx: mpsc::Sender<Job<C>>,
     ledger: Ledger,
 }
 
@@ -56,7 +64,7 @@ pub struct Ledger {
 impl<C> Queue<C> {
     /// A queue whose batches up to `committed` are stored already, its receiving end and the
     /// ledger for the writer thread.
-    pub fn new(committed: HashMap<u64, u64>) -> (Queue<C>, mpsc::Receiver<Write<C>>, Ledger) {
+    pub fn new(committed: HashMap<u64, u64>) -> (Queue<C>, mpsc::Receiver<Job<C>>, Ledger) {
         let (tx, rx) = mpsc::channel();
         let ledger = Ledger {
             backlog: Arc::new(AtomicUsize::new(0)),
@@ -69,54 +77,42 @@ impl<C> Queue<C> {
         (queue, rx, ledger)
     }
 
-    pub fn send(&self, w: Write<C>) {
+    fn send(&self, job: Job<C>) {
         self.ledger.backlog.fetch_add(1, Ordering::Relaxed);
-        if self.tx.send(w).is_err() {
+        if self.tx.send(job).is_err() {
             self.ledger.backlog.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
-    /// Writes queued but not yet handled (connections wait for a barrier when it grows).
-    pub fn backlog(&self) -> usize {
-        self.ledger.backlog.load(Ordering::Relaxed)
+    pub fn chore(&self, c: C) {
+        self.send(Job::Chore(c));
+    }
+}
+
+/// What the store handle needs of a store's queue, whatever its chores.
+pub trait Writes: Send + Sync {
+    fn put(&self, w: Write);
+
+    /// The backlog and each VM's newest committed batch.
+    fn ledger(&self) -> &Ledger;
+}
+
+impl<C: Send> Writes for Queue<C> {
+    fn put(&self, w: Write) {
+        self.send(Job::Write(w));
     }
 
-    /// The seq of the newest committed batch of `vm` (0: none).
-    pub fn committed(&self, vm: u64) -> u64 {
-        self.ledger.committed(vm)
-    }
-
-    /// Forgets a deleted VM's batches.
-    pub fn forget(&self, vm: u64) {
-        self.ledger.forget(vm);
-    }
-
-    pub fn put_vm(&self, vm: VmRecord) {
-        self.send(Write::Vm(vm));
-    }
-
-    pub fn put_batch(&self, vm: u64, seq: u64, time_unix_ms: u64, profile: Profile) {
-        self.send(Write::Batch {
-            vm,
-            seq,
-            time_unix_ms,
-            profile: Box::new(profile),
-        });
-    }
-
-    pub fn put_snapshot(&self, vm: u64, snapshot: Snapshot) {
-        self.send(Write::Snapshot { vm, snapshot });
-    }
-
-    /// Resolves once everything queued before it is written (or could not be).
-    pub async fn barrier(&self) {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.send(Write::Barrier(tx));
-        let _ = rx.await;
+    fn ledger(&self) -> &Ledger {
+        &self.ledger
     }
 }
 
 impl Ledger {
+    /// Writes queued but not yet handled (connections wait for a barrier when it grows).
+    pub fn backlog(&self) -> usize {
+        self.backlog.load(Ordering::Relaxed)
+    }
+
     /// The writer handled `n` writes.
     pub fn handled(&self, n: usize) {
         self.backlog.fetch_sub(n, Ordering::Relaxed);
