@@ -20,6 +20,7 @@ pub mod instrument;
 pub mod mutf8;
 pub mod offline;
 pub mod opcodes;
+mod rewrite;
 pub mod runtime;
 pub mod subgraph;
 pub mod timing;
