@@ -22,6 +22,18 @@ use std::collections::HashMap;
 pub const ROOTS_CLASS: &str = "jvmprof/runtime/Roots";
 /// Its context node class.
 pub const ROOTS_NODE: &str = "jvmprof/runtime/Roots$Node";
+/// The classes of the root runtime besides [`ROOTS_CLASS`], as prefixes of their names (nested
+/// classes included), which the agent defines in the boot loader with it (in the order of its
+/// embedded runtime, where `ContextNode` sorts before its subclass `Roots$Node`).
+pub const ROOTS_PARTS: &[&str] = &[
+    "jvmprof/runtime/Activations",
+    "jvmprof/runtime/ContextNode",
+    "jvmprof/runtime/RemoteSpans",
+    "jvmprof/runtime/RootThread",
+    "jvmprof/runtime/Roots$",
+    "jvmprof/runtime/TraceRing",
+    "jvmprof/runtime/TraceTrees",
+];
 
 const INVOKEVIRTUAL: u8 = 0xb6;
 
