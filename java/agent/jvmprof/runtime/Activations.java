@@ -20,6 +20,21 @@ final class Activations {
     static Node push(RootThread t, int id) {
         boolean[] r = revealed;
         if (id >= 0 && !trace && (id >= r.length || !r[id])) revealNow(t, id);
+        Node n = enter(t, id);
+        int d = t.depth;
+        if (trace) {
+            t.logged[d] = logEntry(t, id, d);
+        } else {
+            t.start[d] = now();
+        }
+        return n;
+    }
+
+    /**
+     * A new activation on t's stack, neither timed nor logged yet: the context of method id
+     * below the current activation (below the thread's top outside every root).
+     */
+    static Node enter(RootThread t, int id) {
         int d = t.depth + 1;
         if (d == t.stack.length) t.grow();
         Node parent = d == 1 ? t.top : t.stack[d - 1];
@@ -28,11 +43,6 @@ final class Activations {
         t.child[d] = 0;
         t.below[d] = 0;
         t.depth = d;
-        if (trace) {
-            t.logged[d] = logEntry(t, id, d);
-        } else {
-            t.start[d] = now();
-        }
         return n;
     }
 

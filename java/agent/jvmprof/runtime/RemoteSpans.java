@@ -23,14 +23,8 @@ final class RemoteSpans {
     /** Opens a remote span (an activation) and logs it with its note. */
     static Node remote(RootThread t, String side, String protocol, String key, String label, Object o) {
         long at = note(t, side + "\u0000" + protocol + "\u0000" + key + "\u0000" + label);
-        int d = t.depth + 1;
-        if (d == t.stack.length) t.grow();
-        Node parent = d == 1 ? t.top : t.stack[d - 1];
-        Node n = (Node) parent.child(REMOTE_METHOD);
-        t.stack[d] = n;
-        t.child[d] = 0;
-        t.below[d] = 0;
-        t.depth = d;
+        Node n = Activations.enter(t, REMOTE_METHOD);
+        int d = t.depth;
         t.start[d] = now();
         if (d == 1) {
             long tree = openTree(t);

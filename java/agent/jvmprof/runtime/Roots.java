@@ -48,9 +48,6 @@ package jvmprof.runtime;
 public final class Roots {
     private Roots() {}
 
-    /** Method id of the context standing for calls past the node budget. */
-    static final int SPILL = ContextNode.SPILL;
-
     /** One calling context below a root (its children: ContextNode). */
     public static final class Node extends ContextNode {
         final int parent;
