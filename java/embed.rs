@@ -1,11 +1,16 @@
 //! The build-script half of embedding a Java runtime in a crate, shared by the build scripts
-//! of jvmprof-classfile (the offline runtime) and jvmprof-agent (the exact-mode runtime):
-//! compile every `.java` file of one directory with the JDK's `javac -source 11 -target 11` into
-//! OUT_DIR (the runtimes run on JDK 11 and later), and write a Rust file listing `(path under a
-//! class-path root, class bytes)` for `include!`.
+//! of jvmprof-classfile (the offline runtime) and jvmprof-agent (the exact-mode and root
+//! runtimes): compile every `.java` file of the runtime's directory, together with the classes
+//! every runtime shares (`java/shared`: the calling-context tree), with the JDK's
+//! `javac -source 11 -target 11` into OUT_DIR (the runtimes run on JDK 11 and later), and write
+//! a Rust file listing `(path under a class-path root, class bytes)` for `include!`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The classes every runtime is compiled with, relative to the manifest directory of a crate
+/// under `crates/` (as the runtime's own directory is).
+const SHARED: &str = "../../java/shared/jvmprof/runtime";
 
 pub struct Runtime<'a> {
     /// The crate, for the error message when no JDK is found.
@@ -26,14 +31,18 @@ pub fn build(r: &Runtime<'_>) {
     let src_dir = manifest.join(r.sources);
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let classes = out.join(r.classes);
-    println!("cargo:rerun-if-changed={}", src_dir.display());
-    let mut sources: Vec<PathBuf> = std::fs::read_dir(&src_dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", src_dir.display()))
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "java"))
-        .collect();
-    sources.sort();
+    let mut sources = Vec::new();
+    for dir in [src_dir.clone(), manifest.join(SHARED)] {
+        println!("cargo:rerun-if-changed={}", dir.display());
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "java"))
+            .collect();
+        files.sort();
+        sources.extend(files);
+    }
     for s in &sources {
         println!("cargo:rerun-if-changed={}", s.display());
     }

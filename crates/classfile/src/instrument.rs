@@ -12,10 +12,30 @@ use crate::class::{ACC_MODULE, ClassFile};
 use crate::code::{Code, Frame, Handler, Insn, Label, VType};
 use crate::error::Result;
 use crate::opcodes::{ATHROW, INVOKESPECIAL, INVOKESTATIC, NEW, RET, is_return};
+use crate::rewrite;
 
-/// The runtime class the probes call (see `java/jvmprof/runtime/Probes.java`).
-pub const RUNTIME_CLASS: &str = "jvmprof/runtime/Probes";
-/// Package prefix never instrumented (the runtime itself).
+/// A runtime the probes call: the class with the static probes and its context node class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Runtime {
+    pub class: &'static str,
+    pub node: &'static str,
+}
+
+/// The agent's exact-mode runtime (`java/agent/jvmprof/runtime/Probes.java`), which has the
+/// [`Probes::Exact`] probes.
+pub const AGENT_RUNTIME: Runtime = Runtime {
+    class: "jvmprof/runtime/Probes",
+    node: "jvmprof/runtime/Probes$Node",
+};
+
+/// The runtime `jvmprof instrument` adds to what it rewrites
+/// (`java/offline/jvmprof/runtime/OfflineProbes.java`), which has every pass's probes.
+pub const OFFLINE_RUNTIME: Runtime = Runtime {
+    class: "jvmprof/runtime/OfflineProbes",
+    node: "jvmprof/runtime/OfflineProbes$Node",
+};
+
+/// Package prefix never instrumented (the runtimes themselves).
 pub const RUNTIME_PACKAGE: &str = "jvmprof/runtime/";
 
 /// Which probes to insert.
@@ -68,69 +88,60 @@ pub struct MethodTable {
     pub names: Vec<String>,
 }
 
-/// The result of instrumenting one class.
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    pub bytes: Vec<u8>,
-    /// Methods whose code was rewritten.
-    pub rewritten: usize,
-    /// Methods left unchanged, with the reason.
-    pub skipped: Vec<String>,
-    /// Methods rewritten with a caveat, with the caveat.
-    pub notes: Vec<String>,
+pub use crate::rewrite::Outcome;
+
+/// Instruments one class file for the agent's runtime ([`AGENT_RUNTIME`]).
+pub fn instrument_class(data: &[u8], probes: Probes, table: &mut MethodTable) -> Result<Outcome> {
+    instrument_class_with(data, probes, table, AGENT_RUNTIME)
 }
 
-/// Instruments one class file.
-pub fn instrument_class(data: &[u8], probes: Probes, table: &mut MethodTable) -> Result<Outcome> {
+/// Instruments one class file with probes that call `runtime`.
+pub fn instrument_class_with(
+    data: &[u8],
+    probes: Probes,
+    table: &mut MethodTable,
+    runtime: Runtime,
+) -> Result<Outcome> {
     let mut cf = ClassFile::read(data)?;
-    let mut out = Outcome {
-        bytes: Vec::new(),
-        rewritten: 0,
-        skipped: Vec::new(),
-        notes: Vec::new(),
-    };
-    let class_name = cf.name();
     if probes == Probes::None
         || cf.access & ACC_MODULE != 0
-        || class_name.starts_with(RUNTIME_PACKAGE)
+        || cf.name().starts_with(RUNTIME_PACKAGE)
     {
-        out.bytes = cf.write();
-        return Ok(out);
+        return Ok(rewrite::unchanged(cf.write()));
     }
-    for i in 0..cf.methods.len() {
-        let m = &cf.methods[i];
-        let mname = cf.member_name(m);
-        let desc = cf.member_descriptor(m);
-        let pool_len = cf.constant_pool.len();
-        let mut note = None;
-        let result = rewrite_method(&mut cf, i, probes, table, &class_name, &mname, &mut note);
-        if let Some(note) = note {
-            out.notes
-                .push(format!("{class_name}.{mname}{desc}: {note}"));
-        }
-        match result {
-            Ok(true) => out.rewritten += 1,
-            Ok(false) => {}
-            Err(why) => {
-                cf.constant_pool.truncate(pool_len);
-                out.skipped
-                    .push(format!("{class_name}.{mname}{desc}: {why}"));
-            }
-        }
-    }
-    out.bytes = cf.write();
-    Ok(out)
+    let mut pass = Pass {
+        probes,
+        runtime,
+        table,
+        class_name: cf.name(),
+    };
+    Ok(rewrite::rewrite_methods(
+        &mut cf,
+        &mut |cf, i, mname, _, note| Some(rewrite_method(cf, i, mname, note, &mut pass)),
+    ))
+}
+
+/// One pass over one class: what to insert, calling which runtime, numbering methods in `table`.
+struct Pass<'a> {
+    probes: Probes,
+    runtime: Runtime,
+    table: &'a mut MethodTable,
+    class_name: String,
 }
 
 fn rewrite_method(
     cf: &mut ClassFile,
     i: usize,
-    probes: Probes,
-    table: &mut MethodTable,
-    class_name: &str,
     mname: &str,
     note: &mut Option<String>,
+    pass: &mut Pass,
 ) -> std::result::Result<bool, String> {
+    let Pass {
+        probes,
+        runtime,
+        ref mut table,
+        ref class_name,
+    } = *pass;
     let Some(mut code) = Code::read(cf, i).map_err(|e| e.to_string())? else {
         return Ok(false);
     };
@@ -139,16 +150,16 @@ fn rewrite_method(
         Probes::None | Probes::Relayout => {}
         Probes::Calls => {
             let id = table.names.len() as i32;
-            add_calls(cf, &mut code, id, mname == "<init>")?;
+            add_calls(cf, &mut code, runtime, id, mname == "<init>")?;
             table.names.push(name());
         }
-        Probes::Bytecodes => add_block_counters(cf, &mut code, Mode::Default)?,
-        Probes::BytecodesPrecise => add_block_counters(cf, &mut code, Mode::Precise)?,
+        Probes::Bytecodes => add_block_counters(cf, &mut code, runtime, Mode::Default)?,
+        Probes::BytecodesPrecise => add_block_counters(cf, &mut code, runtime, Mode::Precise)?,
         Probes::Exact(mode) => {
             let id = table.names.len() as i32;
             let p = ContextProbes {
-                runtime: RUNTIME_CLASS,
-                node: NODE_CLASS,
+                runtime: runtime.class,
+                node: runtime.node,
                 open: "open",
                 bytecodes: Some(mode),
                 reflect: false,
@@ -162,11 +173,16 @@ fn rewrite_method(
     Ok(true)
 }
 
-fn probe(cf: &mut ClassFile, name: &str, arg: i32) -> std::result::Result<Vec<Insn>, String> {
+fn probe(
+    cf: &mut ClassFile,
+    runtime: Runtime,
+    name: &str,
+    arg: i32,
+) -> std::result::Result<Vec<Insn>, String> {
     let push = Insn::push_int(&mut cf.constant_pool, arg).map_err(|e| e.what)?;
     let index = cf
         .constant_pool
-        .add_methodref(RUNTIME_CLASS, name, "(I)V")
+        .add_methodref(runtime.class, name, "(I)V")
         .map_err(|e| e.what)?;
     Ok(vec![
         push,
@@ -183,6 +199,7 @@ fn probe(cf: &mut ClassFile, name: &str, arg: i32) -> std::result::Result<Vec<In
 fn add_calls(
     cf: &mut ClassFile,
     code: &mut Code,
+    runtime: Runtime,
     id: i32,
     ctor: bool,
 ) -> std::result::Result<(), String> {
@@ -196,14 +213,14 @@ fn add_calls(
     if returns.iter().any(|&r| r < start) {
         return Err("a return before the super()/this() call".into());
     }
-    let exit = probe(cf, "exit", id)?;
+    let exit = probe(cf, runtime, "exit", id)?;
     code.insert_many(returns.iter().map(|&r| (r, exit.clone())).collect());
     let hs = code.new_label();
     let he = code.new_label();
-    let mut entry = probe(cf, "enter", id)?;
+    let mut entry = probe(cf, runtime, "enter", id)?;
     entry.push(Insn::Label(hs));
     code.insns.splice(start..start, entry);
-    let body = probe(cf, "exit", id)?;
+    let body = probe(cf, runtime, "exit", id)?;
     append_rethrow_handler(cf, code, he, &[(hs, he)], body, vec![])?;
     code.max_stack = code
         .max_stack
@@ -300,20 +317,18 @@ fn constructor_init_call(cf: &ClassFile, code: &Code) -> std::result::Result<usi
 fn add_block_counters(
     cf: &mut ClassFile,
     code: &mut Code,
+    runtime: Runtime,
     mode: Mode,
 ) -> std::result::Result<(), String> {
     let blocks = bba::basic_blocks(code, mode);
     let mut inserts = Vec::with_capacity(blocks.len());
     for b in &blocks {
-        inserts.push((b.start, probe(cf, "block", b.len as i32)?));
+        inserts.push((b.start, probe(cf, runtime, "block", b.len as i32)?));
     }
     code.insert_many(inserts);
     code.max_stack = code.max_stack.checked_add(1).ok_or("max_stack overflow")?;
     Ok(())
 }
-
-/// Descriptor of the runtime's context node.
-const NODE_CLASS: &str = "jvmprof/runtime/Probes$Node";
 
 const LCONST_0: u8 = 0x09;
 const LLOAD: u8 = 0x16;

@@ -8,6 +8,7 @@
 //! - [`bba`]: basic-block analysis, default and precise (Binder & Hulaas, JP).
 //! - [`instrument`]: the passes (`none`, method entry/exit, basic-block counters).
 //! - [`subgraph`]: call targets, class headers and the probe pass of root-method profiling.
+//! - `rewrite`: the per-method rewrite loop every pass shares.
 #![forbid(unsafe_code)]
 
 pub mod bba;
@@ -20,6 +21,7 @@ pub mod instrument;
 pub mod mutf8;
 pub mod offline;
 pub mod opcodes;
+mod rewrite;
 pub mod runtime;
 pub mod subgraph;
 pub mod timing;

@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::instrument::{MethodTable, Probes, instrument_class};
+use crate::instrument::{MethodTable, OFFLINE_RUNTIME, Probes, instrument_class_with};
 use crate::runtime;
 
 /// What an offline run did.
@@ -101,7 +101,7 @@ fn rewrite(
     s: &mut Summary,
 ) -> Vec<u8> {
     s.classes += 1;
-    match instrument_class(data, probes, table) {
+    match instrument_class_with(data, probes, table, OFFLINE_RUNTIME) {
         Ok(o) => {
             s.methods_rewritten += o.rewritten;
             s.methods_skipped.extend(o.skipped);

@@ -15,12 +15,25 @@ use crate::constant_pool::Constant;
 use crate::error::Result;
 use crate::instrument::{ContextProbes, Outcome, add_contexts};
 use crate::opcodes::{INVOKESPECIAL, INVOKESTATIC};
+use crate::rewrite;
 use std::collections::HashMap;
 
 /// The root runtime class (`java/agent/jvmprof/runtime/Roots.java`).
 pub const ROOTS_CLASS: &str = "jvmprof/runtime/Roots";
 /// Its context node class.
 pub const ROOTS_NODE: &str = "jvmprof/runtime/Roots$Node";
+/// The classes of the root runtime besides [`ROOTS_CLASS`], as prefixes of their names (nested
+/// classes included), which the agent defines in the boot loader with it (in the order of its
+/// embedded runtime, where `ContextNode` sorts before its subclass `Roots$Node`).
+pub const ROOTS_PARTS: &[&str] = &[
+    "jvmprof/runtime/Activations",
+    "jvmprof/runtime/ContextNode",
+    "jvmprof/runtime/RemoteSpans",
+    "jvmprof/runtime/RootThread",
+    "jvmprof/runtime/Roots$",
+    "jvmprof/runtime/TraceRing",
+    "jvmprof/runtime/TraceTrees",
+];
 
 const INVOKEVIRTUAL: u8 = 0xb6;
 
@@ -222,56 +235,33 @@ pub fn instrument_selected(
     mut select: impl FnMut(&str, &str) -> Option<(i32, bool)>,
 ) -> Result<Outcome> {
     let mut cf = ClassFile::read(data)?;
-    let mut out = Outcome {
-        bytes: Vec::new(),
-        rewritten: 0,
-        skipped: Vec::new(),
-        notes: Vec::new(),
-    };
-    let class_name = cf.name();
     if cf.access & ACC_MODULE != 0 {
-        out.bytes = data.to_vec();
-        return Ok(out);
+        return Ok(rewrite::unchanged(data.to_vec()));
     }
-    for i in 0..cf.methods.len() {
-        let m = &cf.methods[i];
-        let (mname, desc) = (cf.member_name(m), cf.member_descriptor(m));
-        let Some((id, root)) = select(&mname, &desc) else {
-            continue;
-        };
-        let pool_len = cf.constant_pool.len();
-        let probes = ContextProbes {
-            runtime: ROOTS_CLASS,
-            node: ROOTS_NODE,
-            open: if root { "openRoot" } else { "open" },
-            bytecodes,
-            reflect: true,
-            prologue: None,
-        };
-        let result = (|| -> std::result::Result<Option<String>, String> {
-            let Some(mut code) = Code::read(&cf, i).map_err(|e| e.to_string())? else {
-                return Err("no code".into());
+    Ok(rewrite::rewrite_methods(
+        &mut cf,
+        &mut |cf, i, mname, desc, note| {
+            let (id, root) = select(mname, desc)?;
+            let probes = ContextProbes {
+                runtime: ROOTS_CLASS,
+                node: ROOTS_NODE,
+                open: if root { "openRoot" } else { "open" },
+                bytecodes,
+                reflect: true,
+                prologue: None,
             };
-            let note = add_contexts(&mut cf, &mut code, id, mname == "<init>", &probes)?;
-            cf.set_code(i, &code).map_err(|e| e.what)?;
-            Ok(note)
-        })();
-        match result {
-            Ok(note) => {
-                out.rewritten += 1;
-                if let Some(n) = note {
-                    out.notes.push(format!("{class_name}.{mname}{desc}: {n}"));
-                }
-            }
-            Err(why) => {
-                cf.constant_pool.truncate(pool_len);
-                out.skipped
-                    .push(format!("{class_name}.{mname}{desc}: {why}"));
-            }
-        }
-    }
-    out.bytes = cf.write();
-    Ok(out)
+            let result = (|| {
+                let Some(mut code) = Code::read(cf, i).map_err(|e| e.to_string())? else {
+                    return Err("no code".to_string());
+                };
+                let n = add_contexts(cf, &mut code, id, mname == "<init>", &probes)?;
+                cf.set_code(i, &code).map_err(|e| e.what)?;
+                *note = n;
+                Ok(true)
+            })();
+            Some(result)
+        },
+    ))
 }
 
 /// A probe trace mode puts into the JDK's remote-call code, calling static methods of the
@@ -304,163 +294,148 @@ fn object_args(n: usize) -> String {
 /// Puts `hooks` (method name, descriptor, probe) into a class; methods not named stay as
 /// they were. The outcome lists what could not be hooked.
 pub fn hook_methods(data: &[u8], hooks: &[(&str, &str, Hook)]) -> Result<Outcome> {
-    use crate::code::Insn;
-    const ALOAD: u8 = 0x19;
-    const GETFIELD: u8 = 0xb4;
-    const CHECKCAST: u8 = 0xc0;
-    const ASTORE: u8 = 0x3a;
     let mut cf = ClassFile::read(data)?;
-    let mut out = Outcome {
-        bytes: Vec::new(),
-        rewritten: 0,
-        skipped: Vec::new(),
-        notes: Vec::new(),
+    Ok(rewrite::rewrite_methods(
+        &mut cf,
+        &mut |cf, i, mname, desc, _| {
+            let (_, _, hook) = hooks.iter().find(|(n, d, _)| *n == mname && *d == desc)?;
+            Some(hook_method(cf, i, hook).map(|()| true))
+        },
+    ))
+}
+
+const ALOAD: u8 = 0x19;
+const GETFIELD: u8 = 0xb4;
+const CHECKCAST: u8 = 0xc0;
+const ASTORE: u8 = 0x3a;
+
+/// Puts one hook into method `i`.
+fn hook_method(cf: &mut ClassFile, i: usize, hook: &Hook) -> std::result::Result<(), String> {
+    let Some(mut code) = Code::read(cf, i).map_err(|e| e.to_string())? else {
+        return Err("no code".into());
     };
-    let class_name = cf.name();
     let node_desc = format!("L{ROOTS_NODE};");
-    for i in 0..cf.methods.len() {
-        let m = &cf.methods[i];
-        let (mname, desc) = (cf.member_name(m), cf.member_descriptor(m));
-        let Some((_, _, hook)) = hooks.iter().find(|(n, d, _)| *n == mname && *d == desc) else {
-            continue;
-        };
-        let pool_len = cf.constant_pool.len();
-        let result = (|| -> std::result::Result<(), String> {
-            let cp_err = |e: crate::error::RawError| e.what;
-            let Some(mut code) = Code::read(&cf, i).map_err(|e| e.to_string())? else {
-                return Err("no code".into());
-            };
-            let loads = |args: &[u16]| -> Vec<Insn> {
-                args.iter()
-                    .map(|&a| Insn::Local {
-                        op: ALOAD,
-                        index: a,
-                    })
-                    .collect()
-            };
-            match *hook {
-                Hook::Span { call, args } => {
-                    let m = cf
-                        .constant_pool
-                        .add_methodref(
-                            ROOTS_CLASS,
-                            call,
-                            &format!("({}){node_desc}", object_args(args.len())),
-                        )
-                        .map_err(cp_err)?;
-                    let mut prologue = loads(args);
-                    prologue.push(Insn::Ref {
-                        op: INVOKESTATIC,
-                        index: m,
-                    });
-                    span(&mut cf, &mut code, prologue)?;
-                }
-                Hook::SpanReplacing { call, arg, class } => {
-                    let m = cf
-                        .constant_pool
-                        .add_methodref(ROOTS_CLASS, call, "(Ljava/lang/Object;)Ljava/lang/Object;")
-                        .map_err(cp_err)?;
-                    let c = cf.constant_pool.add_class(class).map_err(cp_err)?;
-                    let pending = cf
-                        .constant_pool
-                        .add_methodref(ROOTS_CLASS, "pending", &format!("(){node_desc}"))
-                        .map_err(cp_err)?;
-                    let prologue = vec![
-                        Insn::Local {
-                            op: ALOAD,
-                            index: arg,
-                        },
-                        Insn::Ref {
-                            op: INVOKESTATIC,
-                            index: m,
-                        },
-                        Insn::Ref {
-                            op: CHECKCAST,
-                            index: c,
-                        },
-                        Insn::Local {
-                            op: ASTORE,
-                            index: arg,
-                        },
-                        Insn::Ref {
-                            op: INVOKESTATIC,
-                            index: pending,
-                        },
-                    ];
-                    span(&mut cf, &mut code, prologue)?;
-                }
-                Hook::BeforeReturn { call, args } => {
-                    let m = cf
-                        .constant_pool
-                        .add_methodref(
-                            ROOTS_CLASS,
-                            call,
-                            &format!("({})V", object_args(args.len())),
-                        )
-                        .map_err(cp_err)?;
-                    let mut probe = loads(args);
-                    probe.push(Insn::Ref {
-                        op: INVOKESTATIC,
-                        index: m,
-                    });
-                    let returns = code.return_indices();
-                    code.insert_many(returns.iter().map(|&r| (r, probe.clone())).collect());
-                    code.max_stack = code
-                        .max_stack
-                        .checked_add(args.len() as u16)
-                        .ok_or("max_stack overflow")?;
-                }
-                Hook::EntryField {
-                    call,
-                    field,
-                    descriptor,
-                } => {
-                    let f = cf
-                        .constant_pool
-                        .add_fieldref(&class_name, field, descriptor)
-                        .map_err(cp_err)?;
-                    let m = cf
-                        .constant_pool
-                        .add_methodref(ROOTS_CLASS, call, "(Ljava/lang/Object;)V")
-                        .map_err(cp_err)?;
-                    let probe = vec![
-                        Insn::Local {
-                            op: ALOAD,
-                            index: 0,
-                        },
-                        Insn::Ref {
-                            op: GETFIELD,
-                            index: f,
-                        },
-                        Insn::Ref {
-                            op: INVOKESTATIC,
-                            index: m,
-                        },
-                    ];
-                    code.insns.splice(0..0, probe);
-                    code.max_stack = code.max_stack.checked_add(1).ok_or("max_stack overflow")?;
-                }
-            }
-            cf.set_code(i, &code).map_err(|e| e.what)
-        })();
-        match result {
-            Ok(()) => out.rewritten += 1,
-            Err(why) => {
-                cf.constant_pool.truncate(pool_len);
-                out.skipped
-                    .push(format!("{class_name}.{mname}{desc}: {why}"));
-            }
+    match *hook {
+        Hook::Span { call, args } => {
+            let ret = node_desc.as_str();
+            let prologue = call_with_args(cf, call, args, ret)?;
+            span(cf, &mut code, prologue)?;
+        }
+        Hook::SpanReplacing { call, arg, class } => {
+            let m = cf
+                .constant_pool
+                .add_methodref(ROOTS_CLASS, call, "(Ljava/lang/Object;)Ljava/lang/Object;")
+                .map_err(cp_err)?;
+            let c = cf.constant_pool.add_class(class).map_err(cp_err)?;
+            let pending = cf
+                .constant_pool
+                .add_methodref(ROOTS_CLASS, "pending", &format!("(){node_desc}"))
+                .map_err(cp_err)?;
+            let prologue = vec![
+                Insn::Local {
+                    op: ALOAD,
+                    index: arg,
+                },
+                Insn::Ref {
+                    op: INVOKESTATIC,
+                    index: m,
+                },
+                Insn::Ref {
+                    op: CHECKCAST,
+                    index: c,
+                },
+                Insn::Local {
+                    op: ASTORE,
+                    index: arg,
+                },
+                Insn::Ref {
+                    op: INVOKESTATIC,
+                    index: pending,
+                },
+            ];
+            span(cf, &mut code, prologue)?;
+        }
+        Hook::BeforeReturn { call, args } => {
+            let probe = call_with_args(cf, call, args, "V")?;
+            let returns = code.return_indices();
+            code.insert_many(returns.iter().map(|&r| (r, probe.clone())).collect());
+            code.max_stack = code
+                .max_stack
+                .checked_add(args.len() as u16)
+                .ok_or("max_stack overflow")?;
+        }
+        Hook::EntryField {
+            call,
+            field,
+            descriptor,
+        } => {
+            let f = cf
+                .constant_pool
+                .add_fieldref(&cf.name(), field, descriptor)
+                .map_err(cp_err)?;
+            let m = cf
+                .constant_pool
+                .add_methodref(ROOTS_CLASS, call, "(Ljava/lang/Object;)V")
+                .map_err(cp_err)?;
+            let probe = vec![
+                Insn::Local {
+                    op: ALOAD,
+                    index: 0,
+                },
+                Insn::Ref {
+                    op: GETFIELD,
+                    index: f,
+                },
+                Insn::Ref {
+                    op: INVOKESTATIC,
+                    index: m,
+                },
+            ];
+            code.insns.splice(0..0, probe);
+            code.max_stack = code.max_stack.checked_add(1).ok_or("max_stack overflow")?;
         }
     }
-    out.bytes = cf.write();
-    Ok(out)
+    cf.set_code(i, &code).map_err(|e| e.what)
+}
+
+fn cp_err(e: crate::error::RawError) -> String {
+    e.what
+}
+
+/// `Roots.call(locals...)` with the locals passed as `Object`s, returning `ret`.
+fn call_with_args(
+    cf: &mut ClassFile,
+    call: &str,
+    args: &[u16],
+    ret: &str,
+) -> std::result::Result<Vec<Insn>, String> {
+    let m = cf
+        .constant_pool
+        .add_methodref(
+            ROOTS_CLASS,
+            call,
+            &format!("({}){ret}", object_args(args.len())),
+        )
+        .map_err(cp_err)?;
+    let mut insns: Vec<Insn> = args
+        .iter()
+        .map(|&a| Insn::Local {
+            op: ALOAD,
+            index: a,
+        })
+        .collect();
+    insns.push(Insn::Ref {
+        op: INVOKESTATIC,
+        index: m,
+    });
+    Ok(insns)
 }
 
 /// The calling-context pass with a custom entry (which leaves the node on the stack).
 fn span(
     cf: &mut ClassFile,
     code: &mut Code,
-    prologue: Vec<crate::code::Insn>,
+    prologue: Vec<Insn>,
 ) -> std::result::Result<(), String> {
     let probes = ContextProbes {
         runtime: ROOTS_CLASS,

@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use jvmprof_classfile::bba::{Mode, basic_blocks};
-use jvmprof_classfile::instrument::{MethodTable, Probes, instrument_class};
+use jvmprof_classfile::instrument::{
+    MethodTable, OFFLINE_RUNTIME, Probes, instrument_class, instrument_class_with,
+};
 use jvmprof_classfile::{ClassFile, Code, CodeAttrBody, Insn};
 
 fn jdk_tool(name: &str) -> PathBuf {
@@ -192,7 +194,8 @@ fn jp_f_has_blocks_of_2_3_7_1_and_precise_2_3_5_2_1() {
 fn instrument_dir(src: &Path, out: &Path, probes: Probes) {
     let mut table = MethodTable::default();
     for f in class_files(src) {
-        let o = instrument_class(&std::fs::read(&f).unwrap(), probes, &mut table).unwrap();
+        let data = std::fs::read(&f).unwrap();
+        let o = instrument_class_with(&data, probes, &mut table, OFFLINE_RUNTIME).unwrap();
         assert!(o.skipped.is_empty(), "{:?}", o.skipped);
         std::fs::write(out.join(f.file_name().unwrap()), o.bytes).unwrap();
     }

@@ -719,11 +719,11 @@ impl SubgraphEngine {
         let roots = jni
             .define_boot_class(ROOTS, bytes_of("jvmprof/runtime/Roots.class")?)
             .map_err(|e| e.to_string())?;
-        // Its nested classes too: nothing on the boot class path would find them.
+        // Its parts too: nothing on the boot class path would find them.
         for (rel, bytes) in super::exact::RUNTIME_CLASSES {
             if let Some(name) = rel
                 .strip_suffix(".class")
-                .filter(|n| n.starts_with("jvmprof/runtime/Roots$"))
+                .filter(|n| subgraph::ROOTS_PARTS.iter().any(|p| n.starts_with(p)))
             {
                 jni.define_boot_class(name, bytes)
                     .map_err(|e| e.to_string())?;

@@ -1,13 +1,14 @@
 package jvmprof.runtime;
 
 /**
- * The runtime that code rewritten by the jvmprof agent in exact mode calls (the agent's variant
- * of java/jvmprof/runtime/Probes.java, with the same probe signatures). It is put on the boot
- * class path by the agent, so application and JDK classes can both call it.
+ * The runtime that code rewritten by the jvmprof agent in exact mode calls (the offline runtime,
+ * java/offline/jvmprof/runtime/OfflineProbes.java, has the same probe signatures). It is put
+ * on the boot class path by the agent, so application and JDK classes can both call it.
  *
- * Each thread builds its own calling-context tree (JP, Binder and Hulaas). Rewritten code keeps
- * its context in a local: {@code node = open(id)} descends from the thread's current context
- * to the child for method id and counts an invocation; the method sums its executed bytecodes
+ * Each thread builds its own calling-context tree (JP, Binder and Hulaas) of ContextNodes
+ * (java/shared). Rewritten code keeps its context in a local: {@code node = open(id)}
+ * descends from the thread's current context to the child for method id and counts an
+ * invocation; the method sums its executed bytecodes
  * in a long local and hands them over with {@code count(node, n)} before each call and
  * {@code close(node, n)} on every normal and exceptional exit, which also makes the caller's
  * context current again; {@code restore(node)} at the start of each exception handler makes
@@ -28,102 +29,49 @@ public final class Probes {
     private Probes() {}
 
     /**
-     * Method id of the contexts that stand for calls past the node budget: each kept context gets
-     * at most one such child (outside the budget, so at most as many as kept contexts), which
-     * counts the calls it made once the budget was spent, whatever their method; calls below those
-     * go to a per-thread chain with one node per depth (see {@link Root#deeper}), folded into the
-     * child they came from. So a call past the budget allocates nothing, kept contexts' counts
-     * stay exact and the totals stay complete.
+     * Past the node budget each kept context gets at most one SPILL child (ContextNode.SPILL;
+     * outside the budget, so at most as many as kept contexts), which counts the calls it made
+     * once the budget was spent, whatever their method; calls below those go to a per-thread
+     * chain with one node per depth (see {@link Root#deeper}), folded into the child they came
+     * from. So a call past the budget allocates nothing, kept contexts' counts stay exact and
+     * the totals stay complete.
      */
-    static final int SPILL = -2;
+    static final int SPILL = ContextNode.SPILL;
 
-    /** One calling context. */
-    public static final class Node {
-        final int method;
+    /** One calling context (its children: ContextNode). */
+    public static final class Node extends ContextNode {
         final Root root;
-        long calls;
-        long bytecodes;
-        /** Children by method id: open addressing, replaced as a whole when it grows. */
-        Node[] kids;
-        /** Number of children; for a spill node, its depth below the last kept context. */
-        int size;
-        int lastKey = -1;
-        Node lastKid;
         /** This node's place in its thread's table (and its hash in the thread's cache). */
         final int index;
         /**
          * The parent's index in the thread's table (an index, not a Node, so that close moves
          * the current context without a reference load). Final but for the first node of a
-         * thread's spill chain, re-parented as it is reused.
+         * thread's spill chain, re-parented as it is reused. (A spill node's size is its depth
+         * below the last kept context.)
          */
         int up;
 
         Node(int method, Node parent, Root root) {
-            this.method = method;
+            super(method);
             this.root = root;
             this.up = parent == null ? 0 : parent.index;
             this.index = root.register(this);
         }
 
-        Node child(int id) {
-            if (lastKey == id) return lastKid;
-            return miss(id);
+        @Override
+        protected boolean reserve() {
+            return root.reserveNode();
         }
 
-        private Node miss(int id) {
-            // A spill node never caches: its callee is the next node of the thread's chain.
-            if (method == SPILL) return root.deeper(this);
-            Node c = find(id);
-            if (c == null) c = add(id);
-            lastKey = id;
-            lastKid = c;
-            return c;
+        @Override
+        protected ContextNode newChild(int id) {
+            return new Node(id, this, root);
         }
 
-        private Node find(int id) {
-            Node[] t = kids;
-            if (t == null) return null;
-            int mask = t.length - 1;
-            for (int i = (id * 0x9E3779B9) >>> 16 & mask; ; i = (i + 1) & mask) {
-                Node n = t[i];
-                if (n == null) return null;
-                if (n.method == id) return n;
-            }
-        }
-
-        private Node add(int id) {
-            if (!root.reserveNode()) {
-                // Past the node budget: the one spill child of this context (created once).
-                Node s = find(SPILL);
-                if (s == null) {
-                    s = new Node(SPILL, this, root);
-                    insert(s);
-                }
-                return s;
-            }
-            Node c = new Node(id, this, root);
-            insert(c);
-            return c;
-        }
-
-        private void insert(Node c) {
-            Node[] t = kids;
-            if (t == null || (size + 1) * 2 > t.length) {
-                Node[] g = new Node[t == null ? 4 : t.length * 2];
-                if (t != null) for (Node n : t) if (n != null) put(g, n);
-                put(g, c);
-                kids = g;
-            } else {
-                put(t, c);
-            }
-            size++;
-        }
-
-        private static void put(Node[] t, Node n) {
-            int mask = t.length - 1;
-            int i = (n.method * 0x9E3779B9) >>> 16 & mask;
-            while (t[i] != null) i = (i + 1) & mask;
-            t[i] = n;
+        /** A spill node's callee is the next node of the thread's chain. */
+        @Override
+        protected ContextNode spillCallee() {
+            return root.deeper(this);
         }
     }
 
@@ -169,7 +117,7 @@ public final class Probes {
 
         /** A cache miss: the child from the parent's table (created if new), cached. */
         Node enter(int parent, int id, int slot) {
-            Node c = table[parent].child(id);
+            Node c = (Node) table[parent].child(id);
             Node[] k = cache;
             if (++misses > 2 * k.length && k.length < CACHE) {
                 // Grows (and starts empty) only for threads that miss a lot: a short-lived
@@ -439,9 +387,9 @@ public final class Probes {
             out[len++] = n.method;
             out[len++] = n.calls + (n == owner ? ownerCalls : 0);
             out[len++] = n.bytecodes + (n == owner ? ownerBytecodes : 0);
-            Node[] kids = n.kids;
+            ContextNode[] kids = n.kids;
             if (kids == null) continue;
-            for (Node k : kids) {
+            for (ContextNode k : kids) {
                 if (k == null) continue;
                 if (sp == stack.length) {
                     Node[] gs = new Node[sp * 2];
@@ -451,7 +399,7 @@ public final class Probes {
                     System.arraycopy(depth, 0, gd, 0, sp);
                     depth = gd;
                 }
-                stack[sp] = k;
+                stack[sp] = (Node) k;
                 depth[sp] = d + 1;
                 sp++;
             }

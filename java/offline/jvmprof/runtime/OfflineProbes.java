@@ -5,37 +5,43 @@ import java.nio.charset.StandardCharsets;
 import java.util.*;
 
 /**
- * The probes that offline-instrumented code calls (jvmprof instrument). Each thread keeps a
- * calling-context tree: enter(id) descends to the child for method id and counts a call,
+ * The probes that offline-instrumented code calls (jvmprof instrument); the agent's exact mode
+ * has its own runtime (java/agent/jvmprof/runtime/Probes.java), with the same probe signatures
+ * for the exact passes. Each thread keeps a calling-context tree (of ContextNode): enter(id) descends to the child for method id and counts a call,
  * exit(id) climbs back, block(n) adds n bytecodes to the current context. At JVM exit the trees
  * are written in collapsed format ("a;b;c value" per line) to the file named by the system
  * property jvmprof.output (default: standard error). jvmprof.value=bytecodes picks bytecode
  * counts instead of calls. Method names come from the resource jvmprof/runtime/methods.txt
  * (line i is method id i), written by the instrumenter.
  */
-public final class Probes {
-    private Probes() {}
+public final class OfflineProbes {
+    private OfflineProbes() {}
 
-    /** A calling context (public: rewritten code keeps one in a local). */
-    public static final class Node {
-        final int method;
+    /**
+     * A calling context (public: rewritten code keeps one in a local). Offline trees have no
+     * node budget, so they never get a spill context.
+     */
+    public static final class Node extends ContextNode {
         final Node parent;
-        final HashMap<Integer, Node> children = new HashMap<>();
-        long calls;
-        long bytecodes;
 
         Node(int method, Node parent) {
-            this.method = method;
+            super(method);
             this.parent = parent;
         }
 
-        Node child(int id) {
-            Node n = children.get(id);
-            if (n == null) {
-                n = new Node(id, this);
-                children.put(id, n);
-            }
-            return n;
+        @Override
+        protected boolean reserve() {
+            return true;
+        }
+
+        @Override
+        protected ContextNode newChild(int id) {
+            return new Node(id, this);
+        }
+
+        @Override
+        protected ContextNode spillCallee() {
+            return this;
         }
     }
 
@@ -49,12 +55,12 @@ public final class Probes {
     });
 
     static {
-        Runtime.getRuntime().addShutdownHook(new Thread(Probes::dump, "jvmprof-dump"));
+        Runtime.getRuntime().addShutdownHook(new Thread(OfflineProbes::dump, "jvmprof-dump"));
     }
 
     public static void enter(int methodId) {
         Node[] cur = CURRENT.get();
-        Node n = cur[0].child(methodId);
+        Node n = (Node) cur[0].child(methodId);
         n.calls++;
         cur[0] = n;
     }
@@ -75,7 +81,7 @@ public final class Probes {
 
     public static Node open(int methodId) {
         Node[] cur = CURRENT.get();
-        Node n = cur[0].child(methodId);
+        Node n = (Node) cur[0].child(methodId);
         n.calls++;
         cur[0] = n;
         return n;
@@ -96,7 +102,7 @@ public final class Probes {
 
     private static String[] names() {
         List<String> l = new ArrayList<>();
-        try (InputStream in = Probes.class.getResourceAsStream("methods.txt")) {
+        try (InputStream in = OfflineProbes.class.getResourceAsStream("methods.txt")) {
             if (in != null) {
                 BufferedReader r = new BufferedReader(new InputStreamReader(in, StandardCharsets.UTF_8));
                 for (String s; (s = r.readLine()) != null; ) l.add(s);
@@ -136,7 +142,7 @@ public final class Probes {
         }
     }
 
-    private static void collect(Node n, String path, String[] names, boolean bytecodes, Map<String, Long> lines) {
+    private static void collect(ContextNode n, String path, String[] names, boolean bytecodes, Map<String, Long> lines) {
         String p = path;
         if (n.method >= 0) {
             String name = n.method < names.length ? names[n.method] : ("method#" + n.method);
@@ -145,6 +151,8 @@ public final class Probes {
         long v = bytecodes ? n.bytecodes : n.calls;
         // Bytecodes run outside any instrumented method go to the line "[all]".
         if (v > 0) lines.merge(p.isEmpty() ? "[all]" : p, v, Long::sum);
-        for (Node c : new ArrayList<>(n.children.values())) collect(c, p, names, bytecodes, lines);
+        ContextNode[] kids = n.kids;
+        if (kids == null) return;
+        for (ContextNode c : kids) if (c != null) collect(c, p, names, bytecodes, lines);
     }
 }
