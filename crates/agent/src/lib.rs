@@ -25,15 +25,18 @@ mod heapdump;
 pub mod names;
 /// The options type, shared with the CLI.
 pub use jvmprof_options as options;
+mod running;
 pub mod sampler;
+pub mod say;
 mod session;
 pub mod sink;
 pub mod state;
 pub mod stream;
 pub mod symbols;
+pub mod sync;
 mod writer;
 
-use engine::{exact, parks, subgraph};
+use engine::{events, exact, parks, subgraph};
 use jvmprof_jvmti::bindings::agent::AgentLoadContext;
 use jvmprof_jvmti::bindings::callbacks::{
     CallbackContext, ClassEvent, ClassFileLoadHookEvent, MonitorEvent, MonitorWaitEvent,
@@ -43,7 +46,9 @@ use jvmprof_jvmti::bindings::callbacks::{
 use jvmprof_jvmti::bindings::{Agent, jni};
 use jvmprof_jvmti::{Env, Jni, Vm, event_class, event_object, event_thread, os};
 use options::{Command, Options};
-use state::{AgentState, lock, say};
+use say::say;
+use state::AgentState;
+use sync::lock;
 
 /// The return code of Agent_OnAttach: an error only while the library may still be unloaded.
 fn attach_result(ok: bool) -> jni::jint {
@@ -318,7 +323,7 @@ impl Agent for JvmprofAgent {
     }
 
     fn sampled_object_alloc(&self, context: CallbackContext<'_>, event: ObjectAllocationEvent) {
-        if let (Some(r), Some(object)) = (state::recorder(), event.object_opt()) {
+        if let (Some(r), Some(object)) = (events::recorder(), event.object_opt()) {
             let env = Env::from_context(&context);
             let class = event_class(event.class());
             r.on_alloc(&env, event_object(object), class, event.size());
@@ -326,32 +331,32 @@ impl Agent for JvmprofAgent {
     }
 
     fn object_free(&self, _context: CallbackContext<'_>, event: ObjectFreeEvent) {
-        if let Some(r) = state::recorder() {
+        if let Some(r) = events::recorder() {
             r.on_free(event.tag());
         }
     }
 
     fn monitor_contended_enter(&self, _context: CallbackContext<'_>, _event: MonitorEvent) {
-        if let Some(r) = state::recorder() {
+        if let Some(r) = events::recorder() {
             r.on_contended_enter();
         }
     }
 
     fn monitor_contended_entered(&self, context: CallbackContext<'_>, event: MonitorEvent) {
-        if let (Some(r), Some(jni)) = (state::recorder(), Jni::from_context(&context)) {
+        if let (Some(r), Some(jni)) = (events::recorder(), Jni::from_context(&context)) {
             let env = Env::from_context(&context);
             r.on_contended_entered(&env, &jni, event_object(event.object()));
         }
     }
 
     fn monitor_wait(&self, _context: CallbackContext<'_>, _event: MonitorWaitEvent) {
-        if let Some(r) = state::recorder() {
+        if let Some(r) = events::recorder() {
             r.on_wait();
         }
     }
 
     fn monitor_waited(&self, context: CallbackContext<'_>, event: MonitorWaitedEvent) {
-        if let (Some(r), Some(jni)) = (state::recorder(), Jni::from_context(&context)) {
+        if let (Some(r), Some(jni)) = (events::recorder(), Jni::from_context(&context)) {
             let env = Env::from_context(&context);
             r.on_waited(&env, &jni, event_object(event.object()));
         }

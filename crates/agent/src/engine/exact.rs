@@ -19,6 +19,7 @@
 use super::Engine;
 use crate::options::{Bba, ExactOptions};
 use crate::sink::Sink;
+use crate::sync::lock;
 use jvmprof_classfile::bba::Mode;
 use jvmprof_classfile::instrument::{self, MethodTable, Probes as Pass};
 use jvmprof_jvmti::classes::GlobalRef;
@@ -213,10 +214,6 @@ fn retransform_included(env: &Env, jni: &Jni, s: &State) {
             }
         }
     });
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 pub use crate::options::glob;

@@ -105,7 +105,6 @@ pub fn choose(
     ctx: EngineCtx,
     options: &Options,
     own_tids: Arc<Mutex<HashSet<u32>>>,
-    recorder_slot: &'static Mutex<Option<Arc<events::Recorder>>>,
 ) -> Result<Vec<Box<dyn Engine>>, String> {
     let mut engines: Vec<Box<dyn Engine>> = Vec::new();
     if let Some(mode) = options.sampling {
@@ -130,6 +129,8 @@ pub fn choose(
             }
         }
     }
+    // Root and trace sessions' threads publish their call tree through a native.
+    trace::set_threads(ctx.threads);
     if let Some(t) = &options.trace {
         let file = match options.file.as_ref().or(options.owner_file.as_ref()) {
             Some(f) => {
@@ -159,7 +160,7 @@ pub fn choose(
         engines.push(Box::new(exact::ExactEngine::default()));
     }
     if options.alloc.is_some() || options.lock.is_some() {
-        engines.push(Box::new(events::Events::new(ctx, options, recorder_slot)?));
+        engines.push(Box::new(events::Events::new(ctx, options)?));
     }
     if let Some(lock) = options.lock {
         engines.push(Box::new(parks::ParksEngine::new(ctx.env, lock.threshold)));

@@ -30,8 +30,9 @@ use super::exact::{Origin, wanted_class};
 use super::trace::{self, Drain};
 use crate::options::{Bba, ExactOptions, Timer, TraceOptions};
 use crate::sampler::threads::ThreadTable;
+use crate::say::say;
 use crate::sink::Sink;
-use crate::state::say;
+use crate::sync::lock;
 use jvmprof_classfile::bba::Mode;
 use jvmprof_classfile::subgraph::{self, Dispatch, Target};
 use jvmprof_jvmti::classes::GlobalRef;
@@ -55,10 +56,6 @@ const FIELDS: usize = 9;
 /// Calibration: rounds (the first half warms up) and calls per round.
 const ROUNDS: i32 = 60;
 const CALLS_PER_ROUND: i32 = 20_000;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Whether the class hook instruments for a root session.
 static ACTIVE: AtomicBool = AtomicBool::new(false);

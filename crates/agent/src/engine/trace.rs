@@ -18,6 +18,7 @@
 //!   file follows the profile in the native file. Memory stays bounded: the rings have a fixed
 //!   size and nothing is kept in the agent but names already written.
 
+use crate::sampler::threads::ThreadTable;
 use jvmprof_classfile::subgraph::Hook;
 use jvmprof_jvmti::Jni;
 use jvmprof_jvmti::classes::GlobalRef;
@@ -25,6 +26,7 @@ use jvmprof_profile::tracelog::{self, Chunk, Event, Protocol, Side, VmHeader};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 /// Event tags in the Java rings (`Roots.ENTER` ...), the low [`TAG_BITS`] of an event's head.
 const ENTER: i64 = 0;
@@ -193,12 +195,21 @@ pub const HOOKED: &[&str] = &[
     "java/util/concurrent/ThreadPoolExecutor",
 ];
 
+/// The agent's thread table, for [`context_cell`] (a native, which reaches nothing else): set
+/// when the first session's engines are chosen.
+static THREADS: OnceLock<&'static ThreadTable> = OnceLock::new();
+
+/// Gives [`context_cell`] the agent's thread table (the same one for the life of the process).
+pub fn set_threads(threads: &'static ThreadTable) {
+    let _ = THREADS.set(threads);
+}
+
 /// The runtime's `contextCell` native: the calling thread's cell in the thread table, where it
 /// writes the id of the call tree it is in for the samplers (cpu: the signal handler reads it
 /// by tid; wall: by `Thread.getId()`).
 pub fn context_cell(jni: &Jni, java_id: i64) -> Option<&'static std::sync::atomic::AtomicU64> {
-    let s = crate::state::get()?;
-    s.threads
+    THREADS
+        .get()?
         .context_cell(jvmprof_jvmti::os::gettid(), jni.as_ptr(), java_id as u64)
 }
 
