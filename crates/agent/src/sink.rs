@@ -93,7 +93,7 @@ impl Sink {
         if let Some(t) = self.by_tid.get(&tid) {
             return *t;
         }
-        let java_name = lock(&self.names).get(tid).map(str::to_string);
+        let java_name = lock(self.names).get(tid).map(str::to_string);
         let comm = jvmprof_jvmti::os::thread_comm(tid);
         let internal = match (&java_name, &comm) {
             (None, Some(c)) => internal_thread_kind(c),

@@ -14,7 +14,7 @@
 //! The profile's metadata names the clock (`cpu_engine`) and compares the CPU time the samples
 //! cover with the process's own CPU time over the session (`cpu_coverage`).
 
-use super::{Engine, EngineCtx};
+use super::api::{Engine, EngineCtx};
 use crate::options::{CpuClock, Options};
 use crate::sampler::ring::{Header, NO_JNI_ENV, Ring, THREAD_START};
 use crate::sampler::signal::{self, SignalSampler};

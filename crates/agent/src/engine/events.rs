@@ -6,7 +6,7 @@
 //! and append to a bounded buffer under a short lock. Symbolization and aggregation happen on the
 //! writer thread. When the buffer is full (the writer is behind) events are dropped and counted.
 
-use super::{Engine, EngineCtx};
+use super::api::{Engine, EngineCtx};
 use crate::options::{AllocOptions, LockOptions, Options};
 use crate::sink::Sink;
 use crate::symbols::class_name;

@@ -17,7 +17,7 @@
 //! - Stop: the flag goes off and LockSupport is retransformed again with the hook returning
 //!   nothing for it, so the JVM runs the original code afterwards.
 
-use super::Engine;
+use super::api::Engine;
 use crate::sink::Sink;
 use crate::sync::lock;
 use jvmprof_classfile::timing::{self, Hook};

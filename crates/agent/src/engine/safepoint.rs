@@ -3,7 +3,7 @@
 //! a JVM has no AsyncGetCallTrace, or `engine=safepoint`) credits each thread with the CPU time
 //! it used since the previous tick, in whole intervals.
 
-use super::{Engine, EngineCtx};
+use super::api::{Engine, EngineCtx};
 use crate::options::{Mode, Options};
 use crate::sink::Sink;
 use crate::sync::lock;
