@@ -11,11 +11,16 @@
 //! rest, in the order a sample travels:
 //! - [`state`]: the one agent state (JVMTI env, thread tables, the session);
 //! - [`names`]: Java thread names by tid, kept until the thread's last samples are named;
-//! - [`session`]: a session's start and stop;
+//! - [`session`]: a session's start, status and stop; `running`: the running session's handle
+//!   and what its writer thread shares;
 //! - [`engine`]: every source of samples behind one trait — where each kind of sample is born;
 //! - [`sink`]: the one sink the engines feed, which symbolises each sample once;
 //! - `writer`: the writer thread that polls the engines and hands the profile to the outputs
-//!   (the native or requested file, and [`stream`], the collector link).
+//!   (the native or requested file, and [`stream`], the collector link);
+//! - [`sync`] and [`say`]: the one lock helper, and the agent's messages to the user.
+//!
+//! Modules use only those below them: `session` → `writer` → `running` → `engine` → `sink`,
+//! and `state` → `running`; no engine uses `state`, `session` or the writer.
 
 #![deny(unsafe_code)]
 
