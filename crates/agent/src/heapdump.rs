@@ -4,7 +4,9 @@
 //! the JVM exits (`hprof_on_exit=FILE`, live objects, from the VMDeath callback). The files
 //! are standard HPROF, read by `jvmprof heap`.
 
-use crate::state::{AgentState, lock, say};
+use crate::say::say;
+use crate::state::AgentState;
+use crate::sync::lock;
 use jvmprof_jvmti::Jni;
 use jvmprof_options::Options;
 use std::path::{Path, PathBuf};

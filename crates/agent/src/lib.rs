@@ -11,11 +11,17 @@
 //! rest, in the order a sample travels:
 //! - [`state`]: the one agent state (JVMTI env, thread tables, the session);
 //! - [`names`]: Java thread names by tid, kept until the thread's last samples are named;
-//! - [`session`]: a session's start and stop;
+//! - [`session`]: a session's start, status and stop; `running`: the running session's handle
+//!   and what its writer thread shares;
 //! - [`engine`]: every source of samples behind one trait — where each kind of sample is born;
 //! - [`sink`]: the one sink the engines feed, which symbolises each sample once;
-//! - `writer`: the writer thread that polls the engines and hands the profile to the outputs
-//!   (the native or requested file, and [`stream`], the collector link).
+//! - `writer`: the writer thread that polls the engines and hands what the profile gained to the
+//!   outputs ([`recordfile`], the native file as records appended once a second; a requested
+//!   file of another format; and [`stream`], the collector link);
+//! - [`sync`] and [`say`]: the one lock helper, and the agent's messages to the user.
+//!
+//! Modules use only those below them: `session` → `writer` → `running` → `engine` → `sink`,
+//! and `state` → `running`; no engine uses `state`, `session` or the writer.
 
 #![deny(unsafe_code)]
 
@@ -26,15 +32,18 @@ pub mod names;
 /// The options type, shared with the CLI.
 pub use jvmprof_options as options;
 pub mod recordfile;
+mod running;
 pub mod sampler;
+pub mod say;
 mod session;
 pub mod sink;
 pub mod state;
 pub mod stream;
 pub mod symbols;
+pub mod sync;
 mod writer;
 
-use engine::{exact, parks, subgraph};
+use engine::{events, exact, parks, subgraph};
 use jvmprof_jvmti::bindings::agent::AgentLoadContext;
 use jvmprof_jvmti::bindings::callbacks::{
     CallbackContext, ClassEvent, ClassFileLoadHookEvent, MonitorEvent, MonitorWaitEvent,
@@ -44,7 +53,9 @@ use jvmprof_jvmti::bindings::callbacks::{
 use jvmprof_jvmti::bindings::{Agent, jni};
 use jvmprof_jvmti::{Env, Jni, Vm, event_class, event_object, event_thread, os};
 use options::{Command, Options};
-use state::{AgentState, lock, say};
+use say::say;
+use state::AgentState;
+use sync::lock;
 
 /// The return code of Agent_OnAttach: an error only while the library may still be unloaded.
 fn attach_result(ok: bool) -> jni::jint {
@@ -319,7 +330,7 @@ impl Agent for JvmprofAgent {
     }
 
     fn sampled_object_alloc(&self, context: CallbackContext<'_>, event: ObjectAllocationEvent) {
-        if let (Some(r), Some(object)) = (state::recorder(), event.object_opt()) {
+        if let (Some(r), Some(object)) = (events::recorder(), event.object_opt()) {
             let env = Env::from_context(&context);
             let class = event_class(event.class());
             r.on_alloc(&env, event_object(object), class, event.size());
@@ -327,32 +338,32 @@ impl Agent for JvmprofAgent {
     }
 
     fn object_free(&self, _context: CallbackContext<'_>, event: ObjectFreeEvent) {
-        if let Some(r) = state::recorder() {
+        if let Some(r) = events::recorder() {
             r.on_free(event.tag());
         }
     }
 
     fn monitor_contended_enter(&self, _context: CallbackContext<'_>, _event: MonitorEvent) {
-        if let Some(r) = state::recorder() {
+        if let Some(r) = events::recorder() {
             r.on_contended_enter();
         }
     }
 
     fn monitor_contended_entered(&self, context: CallbackContext<'_>, event: MonitorEvent) {
-        if let (Some(r), Some(jni)) = (state::recorder(), Jni::from_context(&context)) {
+        if let (Some(r), Some(jni)) = (events::recorder(), Jni::from_context(&context)) {
             let env = Env::from_context(&context);
             r.on_contended_entered(&env, &jni, event_object(event.object()));
         }
     }
 
     fn monitor_wait(&self, _context: CallbackContext<'_>, _event: MonitorWaitEvent) {
-        if let Some(r) = state::recorder() {
+        if let Some(r) = events::recorder() {
             r.on_wait();
         }
     }
 
     fn monitor_waited(&self, context: CallbackContext<'_>, event: MonitorWaitedEvent) {
-        if let (Some(r), Some(jni)) = (state::recorder(), Jni::from_context(&context)) {
+        if let (Some(r), Some(jni)) = (events::recorder(), Jni::from_context(&context)) {
             let env = Env::from_context(&context);
             r.on_waited(&env, &jni, event_object(event.object()));
         }

@@ -8,6 +8,7 @@
 
 use crate::names::ThreadNames;
 use crate::symbols::Symbols;
+use crate::sync::lock;
 use jvmprof_jvmti::{Env, Jni, MethodId};
 use jvmprof_profile::{Frame, Meta, Metric, Profile, ProfileBuilder, Thread, ThreadState};
 use std::collections::HashMap;
@@ -92,12 +93,7 @@ impl Sink {
         if let Some(t) = self.by_tid.get(&tid) {
             return *t;
         }
-        let java_name = self
-            .names
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(tid)
-            .map(str::to_string);
+        let java_name = lock(self.names).get(tid).map(str::to_string);
         let comm = jvmprof_jvmti::os::thread_comm(tid);
         let internal = match (&java_name, &comm) {
             (None, Some(c)) => internal_thread_kind(c),

@@ -1,20 +1,21 @@
 //! The one agent state of the process: the JVMTI environment and capabilities, the thread tables
-//! the samplers read, the running session and the event recorder callbacks feed.
+//! the samplers read, and the running session.
 //!
 //! It is made once, when the agent is first loaded or attached, and lives as long as the process
 //! (JVMTI callbacks and signal handlers may run at any time). The only other process-wide
-//! statics are those a signal handler or a Java-called native must reach without it (the signal
-//! sampler, exact mode's and lock mode's runtime hooks), each documented where it is.
+//! statics are those a signal handler, a JVMTI callback or a Java-called native must reach
+//! without it, each in the engine it belongs to (the signal sampler, the event recorder, exact
+//! mode's, root mode's and lock mode's runtime hooks) or in [`crate::say`] (the log file).
+//! This module uses no engine and not the session's lifecycle: those use it.
 
-use crate::engine::events::Recorder;
 use crate::names::ThreadNames;
 use crate::options::Options;
+use crate::running::Session;
 use crate::sampler::threads::ThreadTable;
-use crate::session::Session;
 use jvmprof_jvmti::{Capabilities, Env, Event, Vm};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 pub struct AgentState {
     pub vm: Vm,
@@ -31,11 +32,6 @@ pub struct AgentState {
     pub session: Mutex<Option<Session>>,
     /// Options given at start-up, used at VMInit.
     pub pending: Mutex<Option<Options>>,
-    /// The event engine's recorder while an alloc or lock session runs (JVMTI callbacks and
-    /// lock mode's park probe feed it).
-    pub recorder: Mutex<Option<Arc<Recorder>>>,
-    /// The file the current session's owner reads the agent's messages from (`log=`).
-    pub log: Mutex<Option<PathBuf>>,
     /// Where to write a heap dump when the JVM exits (`hprof_on_exit=`).
     pub exit_dump: Mutex<Option<PathBuf>>,
 }
@@ -46,11 +42,6 @@ static STATE: OnceLock<AgentState> = OnceLock::new();
 /// would jump into unmapped memory and crash the JVM. Failures are reported through files.
 static CALLBACKS_SET: AtomicBool = AtomicBool::new(false);
 
-/// Locks `m`, ignoring poisoning: a panic elsewhere never takes the agent down with it.
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// The agent state, once made.
 pub fn get() -> Option<&'static AgentState> {
     STATE.get()
@@ -59,27 +50,6 @@ pub fn get() -> Option<&'static AgentState> {
 /// Whether JVMTI callbacks into this library are registered (see `CALLBACKS_SET`).
 pub fn callbacks_set() -> bool {
     CALLBACKS_SET.load(Ordering::Acquire)
-}
-
-/// The recorder of the running session, if it records events.
-pub fn recorder() -> Option<Arc<Recorder>> {
-    get().and_then(|s| lock(&s.recorder).clone())
-}
-
-/// One `jvmprof: ...` line on the target's stderr, and in the session owner's log file.
-pub fn say(msg: &str) {
-    eprintln!("jvmprof: {msg}");
-    let log = get().and_then(|s| lock(&s.log).clone());
-    if let Some(path) = log {
-        use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = writeln!(f, "jvmprof: {msg}");
-        }
-    }
 }
 
 /// Creates the JVMTI environment, capabilities and event wiring (once per process).
@@ -126,8 +96,6 @@ pub fn init(vm: Vm, attached: bool) -> Result<&'static AgentState, String> {
         names: Mutex::new(ThreadNames::default()),
         session: Mutex::new(None),
         pending: Mutex::new(None),
-        recorder: Mutex::new(None),
-        log: Mutex::new(None),
         exit_dump: Mutex::new(None),
     }))
 }

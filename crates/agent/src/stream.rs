@@ -20,6 +20,7 @@
 //! like the session's own profile; the queue holds at most [`MAX_QUEUED_BYTES`] (estimated),
 //! dropping the oldest items and counting them; the counts go to the collector on reconnect.
 
+use crate::sync::lock;
 use jvmprof_profile::{Frame, Profile, Stacks};
 use jvmprof_proto::{
     Encoder, Hello, Message, Reply, SampleBatch, SampleDelta, Snapshot, Tables, ThreadDump, VERSION,
@@ -203,7 +204,7 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Outbox> {
-        self.outbox.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.outbox)
     }
 }
 

@@ -8,10 +8,12 @@
 use crate::engine::safepoint::map_state;
 use crate::options::Options;
 use crate::recordfile::RecordFile;
-use crate::session::Shared;
+use crate::running::Shared;
+use crate::say::say;
 use crate::sink::Sink;
-use crate::state::{AgentState, lock, say};
+use crate::state::AgentState;
 use crate::stream::{Handshake, Stream, StreamOptions, ThreadSnapshot};
+use crate::sync::lock;
 use jvmprof_jvmti::{Env, Jni, os};
 use jvmprof_profile::{ExportOptions, Format, Meta, Metric, Profile};
 use std::collections::HashMap;

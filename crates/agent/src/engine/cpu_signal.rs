@@ -14,11 +14,12 @@
 //! The profile's metadata names the clock (`cpu_engine`) and compares the CPU time the samples
 //! cover with the process's own CPU time over the session (`cpu_coverage`).
 
-use super::{Engine, EngineCtx};
+use super::api::{Engine, EngineCtx};
 use crate::options::{CpuClock, Options};
 use crate::sampler::ring::{Header, NO_JNI_ENV, Ring, THREAD_START};
 use crate::sampler::signal::{self, SignalSampler};
 use crate::sink::Sink;
+use crate::sync::lock;
 use jvmprof_jvmti::asgct::{self, CallFrame};
 use jvmprof_jvmti::os::{self, ThreadCpuTimer};
 use jvmprof_jvmti::perf::{self, PerfEvent, Scope};
@@ -178,10 +179,6 @@ impl StackTree for Sink {
     fn stack(&mut self, frames: &[u32]) -> u32 {
         Sink::stack(self, frames)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl CpuSignal {

@@ -6,10 +6,11 @@
 //! and append to a bounded buffer under a short lock. Symbolization and aggregation happen on the
 //! writer thread. When the buffer is full (the writer is behind) events are dropped and counted.
 
-use super::{Engine, EngineCtx};
+use super::api::{Engine, EngineCtx};
 use crate::options::{AllocOptions, LockOptions, Options};
 use crate::sink::Sink;
 use crate::symbols::class_name;
+use crate::sync::lock;
 use jvmprof_jvmti::{Env, Event as JvmtiEvent, JClass, JObject, Jni, MethodId, os};
 use jvmprof_profile::{Frame, FrameKind, Metric, ThreadState};
 use std::cell::Cell;
@@ -84,7 +85,7 @@ impl Recorder {
     }
 
     fn push(&self, event: Event) {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = lock(&self.pending);
         if p.len() < MAX_PENDING {
             p.push(event);
         } else {
@@ -115,10 +116,7 @@ impl Recorder {
 
     /// ObjectFree: a tracked object was collected. No JNI or JVMTI calls are allowed here.
     pub fn on_free(&self, tag: i64) {
-        self.freed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(tag);
+        lock(&self.freed).push(tag);
     }
 
     pub fn on_contended_enter(&self) {
@@ -214,18 +212,25 @@ impl Recorder {
 
     /// Everything recorded since the last call, and the tags of tracked objects freed since.
     pub fn drain(&self) -> (Vec<Event>, Vec<i64>) {
-        let events = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
-        let freed = std::mem::take(&mut *self.freed.lock().unwrap_or_else(|e| e.into_inner()));
+        let events = std::mem::take(&mut *lock(&self.pending));
+        let freed = std::mem::take(&mut *lock(&self.freed));
         (events, freed)
     }
+}
+
+/// The running session's recorder, where the JVMTI callbacks and lock mode's park probe (a
+/// native) find it: set when an alloc or lock session starts.
+static RECORDER: Mutex<Option<Arc<Recorder>>> = Mutex::new(None);
+
+/// The recorder of the running session, if it records events.
+pub fn recorder() -> Option<Arc<Recorder>> {
+    lock(&RECORDER).clone()
 }
 
 /// The writer side: drains the recorder into the sink, and at the end resolves live objects.
 pub struct Events {
     ctx: EngineCtx,
     recorder: Arc<Recorder>,
-    /// Where JVMTI callbacks find the recorder (the agent state's slot).
-    slot: &'static Mutex<Option<Arc<Recorder>>>,
     state: Mutex<Drained>,
 }
 
@@ -238,16 +243,8 @@ struct Drained {
     fractions: HashMap<(u32, String), (f64, f64)>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Events {
-    pub fn new(
-        ctx: EngineCtx,
-        options: &Options,
-        slot: &'static Mutex<Option<Arc<Recorder>>>,
-    ) -> Result<Events, String> {
+    pub fn new(ctx: EngineCtx, options: &Options) -> Result<Events, String> {
         if options.alloc.is_some() && !ctx.caps.sampled_alloc {
             return Err("allocation sampling needs SampledObjectAlloc (JDK 11+)".into());
         }
@@ -260,7 +257,6 @@ impl Events {
         Ok(Events {
             ctx,
             recorder: Arc::new(Recorder::new(options.alloc, options.lock, options.depth)),
-            slot,
             state: Mutex::new(Drained::default()),
         })
     }
@@ -307,7 +303,7 @@ impl Engine for Events {
 
     fn start(&self, _jni: &Jni) -> Result<(), String> {
         let env = &self.ctx.env;
-        *lock(self.slot) = Some(self.recorder.clone());
+        *lock(&RECORDER) = Some(self.recorder.clone());
         if let Some(a) = self.recorder.alloc {
             env.set_heap_sampling_interval(a.interval_bytes as i32)
                 .map_err(|e| e.to_string())?;
@@ -381,7 +377,7 @@ impl Engine for Events {
         let _ = env.disable_events(&ALLOC_EVENTS);
         let _ = env.disable_events(&LOCK_EVENTS);
         let _ = env.disable_events(&[JvmtiEvent::ObjectFree]);
-        *lock(self.slot) = None;
+        *lock(&RECORDER) = None;
     }
 
     fn finish(&self, jni: &Jni, sink: &mut Sink) {

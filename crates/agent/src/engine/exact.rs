@@ -13,18 +13,20 @@
 //!   latter also in a catch-all handler that rethrows), `restore(node)` in exception handlers.
 //!   A class the engine cannot rewrite is left unchanged and listed; the hook never fails
 //!   class loading.
-//! - The writer thread reads the trees through JNI ([`Collector::merge`]) at the end, and
+//! - The writer thread reads the trees through JNI ([`Collector::merge`], through the tree reader shared with root mode) at the end, and
 //!   periodically when streaming, adding what grew since its last look.
 
-use super::Engine;
+use super::api::Engine;
+use super::trees::{TreeReader, each_tree};
 use crate::options::{Bba, ExactOptions};
 use crate::sink::Sink;
+use crate::sync::lock;
 use jvmprof_classfile::bba::Mode;
 use jvmprof_classfile::instrument::{self, MethodTable, Probes as Pass};
 use jvmprof_jvmti::classes::GlobalRef;
 use jvmprof_jvmti::{Env, Event, JObject, Jni};
 use jvmprof_profile::{Frame, FrameKind, Metric, ThreadState};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -213,10 +215,6 @@ fn retransform_included(env: &Env, jni: &Jni, s: &State) {
             }
         }
     });
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 pub use crate::options::glob;
@@ -422,13 +420,12 @@ impl Engine for ExactEngine {
     }
 }
 
-/// Reads the runtime's trees into a profile, adding what grew since the last merge.
+/// Reads the runtime's trees into a profile (through the shared [`TreeReader`]), adding what
+/// grew since the last merge.
 #[derive(Default)]
 pub struct Collector {
-    /// (runtime thread index, stack) → (calls, bytecodes) already added: one entry per context,
-    /// so millions for javac, hence foldhash.
-    seen: HashMap<(usize, u32), (u64, u64), foldhash::fast::RandomState>,
-    frames: HashMap<i64, u32, foldhash::fast::RandomState>,
+    /// Per context, keyed by its stack: (calls, bytecodes) already added.
+    reader: TreeReader<2>,
     /// Contexts in each runtime thread's tree at the last merge.
     contexts: Vec<usize>,
     /// (contexts kept, node budget, calls past the budget).
@@ -445,91 +442,71 @@ impl Collector {
         let mut values = vec![0u64; metrics.len()];
         // What was added is remembered only if another merge follows or one came before
         // (flush, streaming): then each context adds what it gained since.
-        let remember = !(last && self.seen.is_empty());
+        let remember = self.reader.remember(last);
         let Some(s) = STATE.get() else { return };
         let Some(&runtime) = s.runtime.get() else {
             return;
         };
         let names = lock(&s.tables).methods.names.clone();
-        let Some(n) = jni.call_static_int(runtime, "threads", "()I", &[]) else {
-            return;
-        };
         let mut spilled = 0i64;
-        for i in 0..n.max(0) {
-            jni.with_local_frame(16, || {
-                let name = jni
-                    .call_static_string(runtime, "threadName", "(I)Ljava/lang/String;", &[i])
-                    .unwrap_or_else(|| format!("thread {i}"));
-                if name == "jvmprof writer" {
-                    return;
+        let read = each_tree(jni, runtime, Some("jvmprof writer"), |i, name, tree| {
+            let thread = builder.thread_named(name);
+            // At most one stack, sample and seen entry per context: room for all at once
+            // (growing hash tables of millions of entries step by step took a tenth of
+            // the writer's time at javac's exit).
+            let contexts = tree.len() / 4;
+            if self.contexts.len() <= i {
+                self.contexts.resize(i + 1, 0);
+            }
+            let more = contexts.saturating_sub(self.contexts[i]);
+            self.contexts[i] = contexts;
+            builder.reserve(more);
+            if remember {
+                self.reader.reserve(more);
+            }
+            // The stacks of the contexts above this one, by depth (1 first): each context's
+            // stack is interned from its parent's, in constant time.
+            let mut above: Vec<u32> = Vec::new();
+            for node in tree.chunks_exact(4) {
+                let (depth, method) = (node[0].max(0) as usize, node[1]);
+                let (calls, bytecodes) = (node[2].max(0) as u64, node[3].max(0) as u64);
+                if method == SPILL {
+                    spilled = spilled.saturating_add(calls as i64);
                 }
-                let Some(tree) = jni.call_static_long_array(runtime, "tree", "(I)[J", &[i]) else {
-                    return;
+                let frame = self.reader.frame(builder, method, || frame(&names, method));
+                above.truncate(depth.saturating_sub(1));
+                let stack = if depth == 0 {
+                    // The thread's root: a stack of its own when it has bytecodes (code
+                    // outside instrumented methods), never a prefix of its children's.
+                    if bytecodes == 0 {
+                        continue;
+                    }
+                    builder.child_stack(None, frame)
+                } else {
+                    let stack = builder.child_stack(above.last().copied(), frame);
+                    above.push(stack);
+                    stack
                 };
-                let thread = builder.thread_named(name);
-                // At most one stack, sample and seen entry per context: room for all at once
-                // (growing hash tables of millions of entries step by step took a tenth of
-                // the writer's time at javac's exit).
-                let contexts = tree.len() / 4;
-                let i = i as usize;
-                if self.contexts.len() <= i {
-                    self.contexts.resize(i + 1, 0);
+                if calls == 0 && bytecodes == 0 {
+                    continue;
                 }
-                let more = contexts.saturating_sub(self.contexts[i]);
-                self.contexts[i] = contexts;
-                builder.reserve(more);
-                if remember {
-                    self.seen.reserve(more);
+                let [dc, db] = self
+                    .reader
+                    .gain(remember, (i, stack as usize), [calls, bytecodes]);
+                if dc == 0 && db == 0 {
+                    continue;
                 }
-                // The stacks of the contexts above this one, by depth (1 first): each context's
-                // stack is interned from its parent's, in constant time.
-                let mut above: Vec<u32> = Vec::new();
-                for node in tree.chunks_exact(4) {
-                    let (depth, method) = (node[0].max(0) as usize, node[1]);
-                    let (calls, bytecodes) = (node[2].max(0) as u64, node[3].max(0) as u64);
-                    if method == SPILL {
-                        spilled = spilled.saturating_add(calls as i64);
-                    }
-                    let frame = self.frame(builder, &names, method);
-                    above.truncate(depth.saturating_sub(1));
-                    let stack = if depth == 0 {
-                        // The thread's root: a stack of its own when it has bytecodes (code
-                        // outside instrumented methods), never a prefix of its children's.
-                        if bytecodes == 0 {
-                            continue;
-                        }
-                        builder.child_stack(None, frame)
-                    } else {
-                        let stack = builder.child_stack(above.last().copied(), frame);
-                        above.push(stack);
-                        stack
-                    };
-                    if calls == 0 && bytecodes == 0 {
-                        continue;
-                    }
-                    let (dc, db) = if !remember {
-                        (calls, bytecodes)
-                    } else {
-                        let seen = self.seen.entry((i, stack)).or_default();
-                        let delta = (
-                            calls.saturating_sub(seen.0),
-                            bytecodes.saturating_sub(seen.1),
-                        );
-                        *seen = (seen.0.max(calls), seen.1.max(bytecodes));
-                        delta
-                    };
-                    if dc == 0 && db == 0 {
-                        continue;
-                    }
-                    if let Some(k) = calls_at {
-                        values[k] = dc;
-                    }
-                    if let Some(k) = bytecodes_at {
-                        values[k] = db;
-                    }
-                    builder.add(thread, stack, ThreadState::Running, &values);
+                if let Some(k) = calls_at {
+                    values[k] = dc;
                 }
-            });
+                if let Some(k) = bytecodes_at {
+                    values[k] = db;
+                }
+                builder.add(thread, stack, ThreadState::Running, &values);
+            }
+        });
+        if read.is_none() {
+            return;
         }
         if let Some(v) = jni.call_static_long_array(runtime, "stats", "()[J", &[])
             && v.len() >= 2
@@ -537,28 +514,21 @@ impl Collector {
             self.stats = (v[0], v[1], spilled);
         }
     }
+}
 
-    fn frame(&mut self, builder: &mut Sink, names: &[String], method: i64) -> u32 {
-        *self.frames.entry(method).or_insert_with(|| {
-            let name = usize::try_from(method)
-                .ok()
-                .and_then(|m| names.get(m))
-                .cloned();
-            let frame = match name {
-                Some(n) => match n.rsplit_once('.') {
-                    Some((class, m)) => Frame::java(class, m, "", 0),
-                    None => Frame::java("", &n, "", 0),
-                },
-                None if method == SPILL => {
-                    Frame::synthetic(FrameKind::Synthetic, "[past node budget]")
-                }
-                None if method < 0 => {
-                    Frame::synthetic(FrameKind::Synthetic, "[outside instrumented methods]")
-                }
-                None => Frame::synthetic(FrameKind::Synthetic, &format!("[method #{method}]")),
-            };
-            builder.frame(frame)
-        })
+/// The frame of an exact-mode method id (`names` holds `class.method` by id).
+fn frame(names: &[String], method: i64) -> Frame {
+    let name = usize::try_from(method).ok().and_then(|m| names.get(m));
+    match name {
+        Some(n) => match n.rsplit_once('.') {
+            Some((class, m)) => Frame::java(class, m, "", 0),
+            None => Frame::java("", n, "", 0),
+        },
+        None if method == SPILL => Frame::synthetic(FrameKind::Synthetic, "[past node budget]"),
+        None if method < 0 => {
+            Frame::synthetic(FrameKind::Synthetic, "[outside instrumented methods]")
+        }
+        None => Frame::synthetic(FrameKind::Synthetic, &format!("[method #{method}]")),
     }
 }
 

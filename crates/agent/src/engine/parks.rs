@@ -17,8 +17,9 @@
 //! - Stop: the flag goes off and LockSupport is retransformed again with the hook returning
 //!   nothing for it, so the JVM runs the original code afterwards.
 
-use super::Engine;
+use super::api::Engine;
 use crate::sink::Sink;
+use crate::sync::lock;
 use jvmprof_classfile::timing::{self, Hook};
 use jvmprof_jvmti::classes::GlobalRef;
 use jvmprof_jvmti::{Env, Event, JObject, Jni, MethodId};
@@ -54,10 +55,6 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// What the class hook did with LockSupport the last time it saw it.
 static LAST_REWRITE: Mutex<Option<Result<usize, String>>> = Mutex::new(None);
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// OnLoad with lock mode: the retransform capability, so that HotSpot records the compiler
 /// dependencies from the start and a retransform later deoptimizes only what depends on
 /// LockSupport. Best effort: `start` adds it (live phase) if this fails.
@@ -89,7 +86,7 @@ pub fn transform(name: Option<&str>, boot_loader: bool, data: &[u8]) -> Option<V
 
 /// The native `Parks.record`: one park that lasted at least the threshold.
 fn record(jni: &Jni, blocker: JObject, ns: i64, wait: bool) {
-    let (Some(s), Some(r)) = (STATE.get(), crate::state::recorder()) else {
+    let (Some(s), Some(r)) = (STATE.get(), super::events::recorder()) else {
         return;
     };
     r.on_park(
@@ -213,7 +210,7 @@ impl Engine for ParksEngine {
     fn start(&self, jni: &Jni) -> Result<(), String> {
         let outcome = start(&self.env, jni, self.threshold);
         if let Err(e) = &outcome {
-            crate::state::say(&format!("java.util.concurrent locks are not timed: {e}"));
+            crate::say::say(&format!("java.util.concurrent locks are not timed: {e}"));
         }
         *lock(&self.outcome) = Some(outcome);
         Ok(())

@@ -3,9 +3,10 @@
 //! a JVM has no AsyncGetCallTrace, or `engine=safepoint`) credits each thread with the CPU time
 //! it used since the previous tick, in whole intervals.
 
-use super::{Engine, EngineCtx};
+use super::api::{Engine, EngineCtx};
 use crate::options::{Mode, Options};
 use crate::sink::Sink;
+use crate::sync::lock;
 use jvmprof_jvmti::{Jni, ThreadStack, thread_state};
 use jvmprof_profile::{Metric, ThreadState};
 use std::collections::HashMap;
@@ -69,7 +70,7 @@ impl Engine for Safepoint {
     }
 
     fn poll(&self, jni: &Jni, sink: &mut Sink) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = lock(&self.state);
         // Trace mode's call trees, read before and after the walk: a sample carries its
         // thread's tree only when the two agree (the thread did not move on meanwhile).
         let contexts_before = self.ctx.threads.contexts_by_java_id();
@@ -123,11 +124,7 @@ impl Engine for Safepoint {
     }
 
     fn finish(&self, _jni: &Jni, sink: &mut Sink) {
-        let failed = self
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .failed_walks;
+        let failed = lock(&self.state).failed_walks;
         if failed > 0 {
             *sink
                 .meta_mut()

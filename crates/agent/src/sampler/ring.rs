@@ -10,6 +10,7 @@
 
 #![allow(unsafe_code)]
 
+use crate::sync::lock;
 use jvmprof_jvmti::asgct::CallFrame;
 use std::cell::UnsafeCell;
 use std::sync::Mutex;
@@ -145,7 +146,7 @@ impl Ring {
     /// Hands every published sample, in order, to `f` (header and its frames, top first).
     /// Stops at the first slot that is reserved but not yet published.
     pub fn drain(&self, mut f: impl FnMut(&Header, &[CallFrame])) -> usize {
-        let mut pos = self.dequeue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pos = lock(&self.dequeue);
         let mut n = 0;
         loop {
             let slot = self.slot(*pos);
