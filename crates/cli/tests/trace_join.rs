@@ -1,7 +1,7 @@
 //! `jvmprof trace`: synthetic per-JVM recordings (a profile, then a trace section, as the agent
 //! writes them) joined by the binary into every output format and read back. No JVM needed.
 
-use jvmprof_profile::tracelog::{Chunk, Event, Protocol, SECTION, Side, VmHeader, write_chunk};
+use jvmprof_profile::trace::log::{Chunk, Event, Protocol, SECTION, Side, VmHeader, write_chunk};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{Metric, Profile};
-use crate::{collapsed, dot, flamegraph, jfr, native, pprof, speedscope, trace};
+use crate::{collapsed, dot, flamegraph, jfr, native, pprof, speedscope, timeline};
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
@@ -209,7 +209,7 @@ pub fn write(
         )?,
         Format::Html => flamegraph::write(profile, options, &mut out)?,
         Format::Jfr => jfr::write(profile, &mut out)?,
-        Format::Trace => trace::write(profile, &mut out)?,
+        Format::Trace => timeline::write(profile, &mut out)?,
     }
     Ok(())
 }

@@ -7,8 +7,9 @@
 //! Formats, one module each: [`native`] (`.jvmprof`, lossless, read and written), [`collapsed`]
 //! (`.collapsed`/`.txt`, read and written), [`flamegraph`] (`.html`), [`pprof`] (`.pb.gz`, read
 //! and written), [`jfr`] (`.jfr`, read and written), [`speedscope`] (`.speedscope.json`),
-//! [`dot`] (Graphviz call graph), the text
-//! [`report`] and [`diff`] of two profiles. [`Format`], [`write`] and [`read_any`] pick among
+//! [`dot`] (Graphviz call graph), [`timeline`] (`.trace.json`), the text
+//! [`report`] and [`diff`] of two profiles. Trace mode's method traces and their join across
+//! JVMs are in [`trace`]. [`Format`], [`write`] and [`read_any`] pick among
 //! them by file name, `--format` name or content.
 
 #![forbid(unsafe_code)]
@@ -28,13 +29,14 @@ pub mod pprof;
 pub mod report;
 pub mod speedscope;
 mod stacks;
+pub mod timeline;
 pub mod trace;
-pub mod tracecut;
-pub mod tracelog;
-pub mod tracetree;
 
 #[cfg(test)]
 mod testdata;
+
+/// The old path of [`trace::log`], which `native` reads the trace section with.
+pub(crate) use trace::log as tracelog;
 
 pub use error::{Error, Result};
 pub use format::{ExportOptions, Format, default_metric, read_any, read_bytes, write};

@@ -14,14 +14,14 @@
 //! - [`context_cell`]: where each thread publishes the call tree it is in, for cpu and wall
 //!   samples to carry (`jvmprof convert --trace-id`);
 //! - [`Drain`]: the writer thread's poll takes what the rings gained and appends it as one
-//!   checksummed chunk (crates/profile `tracelog`) to a file beside the output; at the end that
+//!   checksummed chunk (crates/profile `trace::log`) to a file beside the output; at the end that
 //!   file follows the profile in the native file. Memory stays bounded: the rings have a fixed
 //!   size and nothing is kept in the agent but names already written.
 
 use jvmprof_classfile::subgraph::Hook;
 use jvmprof_jvmti::Jni;
 use jvmprof_jvmti::classes::GlobalRef;
-use jvmprof_profile::tracelog::{self, Chunk, Event, Protocol, Side, VmHeader};
+use jvmprof_profile::trace::log::{self as tracelog, Chunk, Event, Protocol, Side, VmHeader};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;

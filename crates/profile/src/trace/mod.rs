@@ -1,0 +1,28 @@
+//! Trace mode (JaViz): every call of the traced methods with its entry and exit times on its
+//! thread, and the remote calls each VM made and served, as the agent records them; then, in
+//! `jvmprof trace`, one execution tree across the VMs joined at their remote calls.
+//!
+//! - [`log`]: the recorded data, one [`VmTrace`](log::VmTrace) per JVM, and its on-disk chunks
+//!   (written by the agent, read back from a native file's trace section).
+//! - [`join`]: matches the remote calls of several recordings and builds the [`Joined`] tree,
+//!   stored as [`tree`] describes; [`layout`] walks it and places each VM on a common timeline.
+//! - [`render`]: writes the joined tree as JSON, text, Chrome trace or an HTML page.
+//! - [`cut`]: the part of a sampled profile taken inside one traced call tree.
+//!
+//! The profile's own timeline exporter (`.trace.json` of a sampled profile) is
+//! [`crate::timeline`], not this.
+
+pub mod cut;
+pub mod join;
+pub mod layout;
+pub mod log;
+pub mod render;
+pub mod tree;
+
+#[cfg(test)]
+mod testkit;
+
+pub use join::{Joiner, Recording, join, read_recording};
+pub use layout::{Kind, NodeView, PLACEMENT_NOTE, Visit};
+pub use render::OutputFormat;
+pub use tree::Joined;
