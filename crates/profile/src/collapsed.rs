@@ -5,7 +5,7 @@
 //! written as `:` and control characters as spaces, so every line parses back.
 
 use crate::error::{Error, Result};
-use crate::format::{ExportOptions, resolve_metric};
+use crate::export::{ExportOptions, resolve_metric};
 use crate::model::*;
 use crate::stacks::named_stacks;
 use std::io::{self, BufRead, BufReader, Read, Write};

@@ -18,6 +18,7 @@ pub mod collapsed;
 pub mod diff;
 pub mod dot;
 pub mod error;
+pub mod export;
 pub mod filter;
 pub mod flamegraph;
 pub mod format;
@@ -39,6 +40,7 @@ mod testdata;
 pub(crate) use trace::log as tracelog;
 
 pub use error::{Error, Result};
-pub use format::{ExportOptions, Format, default_metric, read_any, read_bytes, write};
+pub use export::{ExportOptions, default_metric};
+pub use format::{Format, read_any, read_bytes, write};
 pub use model::*;
 pub use report::ReportOptions;

@@ -11,7 +11,7 @@
 
 use crate::collapsed::frame_from_name;
 use crate::error::{Error, Result};
-use crate::format::{ExportOptions, default_metric};
+use crate::export::{ExportOptions, default_metric};
 use crate::model::*;
 use flate2::Compression;
 use flate2::read::GzDecoder;

@@ -15,7 +15,7 @@
 //! raw stacks, so 100k stacks stay a few MB and draw quickly.
 
 use crate::error::Result;
-use crate::format::{ExportOptions, resolve_metric};
+use crate::export::{ExportOptions, resolve_metric};
 use crate::model::Metric;
 use crate::model::{FrameKind, Profile};
 use crate::stacks::{named_stacks, paired_stacks};
