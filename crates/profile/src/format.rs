@@ -172,6 +172,7 @@ pub fn write(
 
 /// Reads a profile from bytes, recognized by content: the native magic header, JFR's `FLR\0`,
 /// gzip (pprof), UTF-8 text (collapsed), else an uncompressed pprof message.
+#[cfg(feature = "read")]
 pub fn read_bytes(bytes: &[u8]) -> Result<Profile> {
     if bytes.is_empty() {
         // An empty collapsed file would be an empty profile, but an empty file is far more
@@ -205,6 +206,7 @@ pub fn read_bytes(bytes: &[u8]) -> Result<Profile> {
 
 /// What an output-only file is, by its first bytes: an HTML page (the flame graph), JSON
 /// (speedscope, trace) or a Graphviz graph, which no reader takes.
+#[cfg(feature = "read")]
 fn output_only(bytes: &[u8]) -> Option<&'static str> {
     let start = &bytes[..bytes.len().min(512)];
     let text = String::from_utf8_lossy(start);
@@ -222,6 +224,7 @@ fn output_only(bytes: &[u8]) -> Option<&'static str> {
 
 /// Reads a native, JFR, pprof or collapsed file, recognized by content (not by extension). Errors name
 /// the file.
+#[cfg(feature = "read")]
 pub fn read_any(path: impl AsRef<Path>) -> Result<Profile> {
     let path = path.as_ref();
     let bytes = std::fs::read(path).map_err(|e| Error::Io(e).in_file(path))?;

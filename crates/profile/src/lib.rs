@@ -15,10 +15,12 @@
 #![forbid(unsafe_code)]
 
 pub mod collapsed;
+#[cfg(feature = "analysis")]
 pub mod diff;
 pub mod dot;
 pub mod error;
 pub mod export;
+#[cfg(feature = "analysis")]
 pub mod filter;
 pub mod flamegraph;
 pub mod format;
@@ -27,6 +29,7 @@ pub mod methods;
 pub mod model;
 pub mod native;
 pub mod pprof;
+#[cfg(feature = "analysis")]
 pub mod report;
 pub mod speedscope;
 mod stacks;
@@ -41,6 +44,9 @@ pub(crate) use trace::log as tracelog;
 
 pub use error::{Error, Result};
 pub use export::{ExportOptions, default_metric};
-pub use format::{Format, read_any, read_bytes, write};
+pub use format::{Format, write};
+#[cfg(feature = "read")]
+pub use format::{read_any, read_bytes};
 pub use model::*;
+#[cfg(feature = "analysis")]
 pub use report::ReportOptions;

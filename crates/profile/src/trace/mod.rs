@@ -12,17 +12,26 @@
 //! The profile's own timeline exporter (`.trace.json` of a sampled profile) is
 //! [`crate::timeline`], not this.
 
+#[cfg(feature = "analysis")]
 pub mod cut;
+#[cfg(feature = "trace-join")]
 pub mod join;
+#[cfg(feature = "trace-join")]
 pub mod layout;
 pub mod log;
+#[cfg(feature = "trace-join")]
 pub mod render;
+#[cfg(feature = "trace-join")]
 pub mod tree;
 
-#[cfg(test)]
+#[cfg(all(test, feature = "trace-join"))]
 mod testkit;
 
+#[cfg(feature = "trace-join")]
 pub use join::{Joiner, Recording, join, read_recording};
+#[cfg(feature = "trace-join")]
 pub use layout::{Kind, NodeView, PLACEMENT_NOTE, Visit};
+#[cfg(feature = "trace-join")]
 pub use render::OutputFormat;
+#[cfg(feature = "trace-join")]
 pub use tree::Joined;
