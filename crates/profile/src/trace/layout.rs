@@ -403,4 +403,16 @@ impl Joined {
         }
         self.groups = groups;
     }
+
+    /// The earliest start on the common timeline.
+    pub(super) fn placed_base(&self) -> i64 {
+        let mut base = i64::MAX;
+        let _ = self.walk(|v| {
+            if let Visit::Open(n) = v {
+                base = base.min(n.placed_ns);
+            }
+            Ok::<(), ()>(())
+        });
+        if base == i64::MAX { 0 } else { base }
+    }
 }

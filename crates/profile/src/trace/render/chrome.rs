@@ -1,7 +1,7 @@
 //! `.trace.json`: the Chrome trace event format (Perfetto, `chrome://tracing`), one process per
 //! VM, one track per thread, on the viewers' common timeline.
 
-use super::{json_str, json_strs};
+use super::escape::{json_str, json_strs};
 use crate::trace::layout::{Kind, PLACEMENT_NOTE, Visit};
 use crate::trace::tree::Joined;
 use std::io::{self, Write};

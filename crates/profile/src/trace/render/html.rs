@@ -2,7 +2,7 @@
 //! with an expandable tree; the data goes in as flat columns so that neither the page's parser
 //! nor its script recurse over the depth.
 
-use super::{json_str, json_strs};
+use super::escape::{json_str, json_strs};
 use crate::trace::layout::{Kind, NodeView, PLACEMENT_NOTE, Visit};
 use crate::trace::tree::Joined;
 use std::io::{self, Write};

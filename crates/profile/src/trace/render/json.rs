@@ -1,8 +1,7 @@
 //! `.json`: the joined tree as nested objects with each VM's own times, the notes and the
 //! per-VM statistics.
 
-use super::json_str;
-use super::json_strs;
+use super::escape::{json_str, json_strs};
 use crate::trace::layout::Visit;
 use crate::trace::tree::Joined;
 use std::io::{self, Write};

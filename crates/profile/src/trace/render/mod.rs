@@ -3,12 +3,12 @@
 //! trace / Perfetto) and [`html`] (a self-contained page, [`page.html`](html)). Each writes while
 //! walking ([`Joined::walk`]), so none recurses over the depth of the tree.
 
-use super::layout::Visit;
 use super::tree::Joined;
 use std::io::{self, Write};
 use std::path::Path;
 
 mod chrome;
+mod escape;
 mod html;
 mod json;
 mod text;
@@ -68,58 +68,4 @@ impl Joined {
         }
         out.flush()
     }
-
-    /// The earliest start on the common timeline.
-    fn placed_base(&self) -> i64 {
-        let mut base = i64::MAX;
-        let _ = self.walk(|v| {
-            if let Visit::Open(n) = v {
-                base = base.min(n.placed_ns);
-            }
-            Ok::<(), ()>(())
-        });
-        if base == i64::MAX { 0 } else { base }
-    }
-}
-
-/// A JSON string; with `html`, `<` as `\u003c` (so `</script>` cannot end a script element).
-fn json_str(out: &mut (impl Write + ?Sized), s: &str, html: bool) -> io::Result<()> {
-    out.write_all(b"\"")?;
-    let bytes = s.as_bytes();
-    let mut from = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let escape: Option<&[u8]> = match b {
-            b'"' => Some(b"\\\""),
-            b'\\' => Some(b"\\\\"),
-            b'\n' => Some(b"\\n"),
-            b'\r' => Some(b"\\r"),
-            b'\t' => Some(b"\\t"),
-            b'<' if html => Some(b"\\u003c"),
-            0..=0x1f => None,
-            _ => continue,
-        };
-        out.write_all(&bytes[from..i])?;
-        match escape {
-            Some(e) => out.write_all(e)?,
-            None => write!(out, "\\u{b:04x}")?,
-        }
-        from = i + 1;
-    }
-    out.write_all(&bytes[from..])?;
-    out.write_all(b"\"")
-}
-
-fn json_strs<'a>(
-    out: &mut (impl Write + ?Sized),
-    items: impl Iterator<Item = &'a str>,
-    html: bool,
-) -> io::Result<()> {
-    out.write_all(b"[")?;
-    for (i, s) in items.enumerate() {
-        if i > 0 {
-            out.write_all(b",")?;
-        }
-        json_str(out, s, html)?;
-    }
-    out.write_all(b"]")
 }

@@ -1,6 +1,6 @@
 use super::*;
 use crate::trace::join::join;
-use crate::trace::layout::PLACEMENT_NOTE;
+use crate::trace::layout::{PLACEMENT_NOTE, Visit};
 use crate::trace::log::{Protocol, Side};
 use crate::trace::testkit::*;
 
