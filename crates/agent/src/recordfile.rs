@@ -5,7 +5,8 @@
 //! while it grows, and its `End` tells them the session is over. Nothing rewrites the file.
 
 use jvmprof_profile::records::RecordWriter;
-use jvmprof_profile::{Profile, native, tracelog};
+use jvmprof_profile::trace::log as tracelog;
+use jvmprof_profile::{Profile, native};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};

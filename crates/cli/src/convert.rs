@@ -57,7 +57,7 @@ pub fn run(args: Args) -> Result<i32> {
     let profile = match args.trace_id.as_deref() {
         None => profile,
         Some("list") => {
-            for (id, periods) in jvmprof_profile::tracecut::trace_ids(&profile) {
+            for (id, periods) in jvmprof_profile::trace::cut::trace_ids(&profile) {
                 if id != 0 {
                     println!("{id} {periods}");
                 }
@@ -68,7 +68,7 @@ pub fn run(args: Args) -> Result<i32> {
             let id: u64 = text.trim().parse().map_err(|_| {
                 anyhow::anyhow!("--trace-id {text:?}: not a trace id (a number, or `list`)")
             })?;
-            jvmprof_profile::tracecut::cut(&profile, id)
+            jvmprof_profile::trace::cut::cut(&profile, id)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", args.input.display()))?
         }
     };

@@ -1,9 +1,9 @@
 //! `jvmprof trace FILE... -o OUT`: joins the method traces of several JVMs (each recorded with
 //! `--mode trace` into a `.jvmprof` file) into one execution tree across their remote calls,
-//! without synchronising their clocks (see `jvmprof_profile::tracetree`).
+//! without synchronising their clocks (see `jvmprof_profile::trace`).
 
 use anyhow::{Context, Result, bail};
-use jvmprof_profile::tracetree::{self, OutputFormat};
+use jvmprof_profile::trace::{self as tracetree, OutputFormat};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]

@@ -3,7 +3,7 @@
 //! JVM needed.
 
 use jvmprof_profile::records::RecordWriter;
-use jvmprof_profile::tracelog::{Chunk, Event, Protocol, Side, VmHeader};
+use jvmprof_profile::trace::log::{Chunk, Event, Protocol, Side, VmHeader};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -348,7 +348,7 @@ struct TraceQuery {
 /// `GET /api/trace?vms=1,2&format=html`: the method traces of these VMs joined into one tree
 /// across their remote calls (trace mode), as they stand now.
 async fn joined_trace(State(hub): State<Arc<Hub>>, Query(q): Query<TraceQuery>) -> Response {
-    use jvmprof_profile::tracetree::OutputFormat;
+    use jvmprof_profile::trace::OutputFormat;
     let (format, ctype) = match q.format.as_deref().unwrap_or("json") {
         "json" => (OutputFormat::Json, "application/json"),
         "html" => (OutputFormat::Html, "text/html; charset=utf-8"),

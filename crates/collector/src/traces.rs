@@ -1,13 +1,13 @@
 //! Method traces streamed by agents in trace mode (issue 16, JaViz): each VM's chunks are
 //! appended as they arrive to `DATA/traces/VM.jvmtrace` (the marker and the chunks of crates/
-//! profile `tracelog`, as in a native file's trace section), at most [`MAX_PER_VM`] bytes per VM
+//! profile `trace::log`, as in a native file's trace section), at most [`MAX_PER_VM`] bytes per VM
 //! (later chunks are counted and dropped). `GET /api/trace` joins the VMs' traces with
-//! `jvmprof_profile::tracetree` into one tree across their remote calls, as JSON, text, Chrome
+//! `jvmprof_profile::trace` into one tree across their remote calls, as JSON, text, Chrome
 //! trace or the HTML viewer, reading the files afresh each time, so the tree grows as calls
 //! complete. The files survive a restart; a deleted VM's file goes with it.
 
-use jvmprof_profile::tracelog::{self, SECTION};
-use jvmprof_profile::tracetree::{self, OutputFormat, Recording};
+use jvmprof_profile::trace::log::{self as tracelog, SECTION};
+use jvmprof_profile::trace::{self as tracetree, OutputFormat, Recording};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@
 //! together; the events go out in chunks of at most 64k per thread, as the agent drains them.
 //! Prints one line per file, then `calls=N remote=N events=N`.
 
-use jvmprof_profile::tracelog::{Chunk, Event, Protocol, Side, VmHeader};
+use jvmprof_profile::trace::log::{Chunk, Event, Protocol, Side, VmHeader};
 use std::path::PathBuf;
 
 const THREADS: usize = 8;

@@ -5,11 +5,14 @@
 //! written as `:` and control characters as spaces, so every line parses back.
 
 use crate::error::{Error, Result};
-use crate::format::{ExportOptions, resolve_metric};
+use crate::export::{ExportOptions, resolve_metric};
 use crate::model::*;
 use crate::stacks::named_stacks;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Write};
+#[cfg(feature = "read")]
+use std::io::{BufRead, BufReader, Read};
 
+#[cfg(feature = "read")]
 const FORMAT: &str = "collapsed";
 
 /// Writes `profile` as collapsed stacks of one metric (`options.metric`, else
@@ -42,6 +45,7 @@ pub fn to_string(profile: &Profile, options: &ExportOptions) -> Result<String> {
 
 /// Reads collapsed stacks; the values become the single metric `samples`
 /// (see [`read_with_metric`]).
+#[cfg(feature = "read")]
 pub fn read(input: impl Read) -> Result<Profile> {
     read_with_metric(input, Metric::Samples)
 }
@@ -54,6 +58,7 @@ pub fn read(input: impl Read) -> Result<Profile> {
 /// is a native frame; a bracketed name is synthetic; any other `a.b.C.m` is a Java frame of class
 /// `a.b.C` and method `m` (leaf allocated types read back as Java-looking frames, which render to
 /// the same name).
+#[cfg(feature = "read")]
 pub fn read_with_metric(input: impl Read, metric: Metric) -> Result<Profile> {
     let mut lines: Vec<(Vec<String>, u64)> = Vec::new();
     let reader = BufReader::new(input);
@@ -125,11 +130,13 @@ pub fn read_with_metric(input: impl Read, metric: Metric) -> Result<Profile> {
     Ok(b.finish())
 }
 
+#[cfg(feature = "read")]
 fn is_bracketed(name: &str) -> bool {
     name.len() >= 2 && name.starts_with('[') && name.ends_with(']')
 }
 
 /// The frame a collapsed name most likely stands for; `frame_from_name(n).name() == n`.
+#[cfg(feature = "read")]
 pub(crate) fn frame_from_name(name: &str) -> Frame {
     if is_bracketed(name) {
         return Frame::synthetic(FrameKind::Synthetic, name);
@@ -145,6 +152,7 @@ pub(crate) fn frame_from_name(name: &str) -> Frame {
     }
 }
 
+#[cfg(feature = "read")]
 fn truncate(s: &str, max: usize) -> &str {
     match s.char_indices().nth(max) {
         Some((i, _)) => &s[..i],

@@ -8,9 +8,9 @@
 //! changed most.
 
 use crate::error::{Error, Result};
-use crate::format::{ExportOptions, default_metric};
+use crate::export::format_value;
+use crate::export::{ExportOptions, default_metric};
 use crate::model::{Metric, Profile};
-use crate::report::format_value;
 use crate::stacks::paired_stacks;
 use std::collections::HashMap;
 use std::fmt::Write as _;

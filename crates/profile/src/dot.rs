@@ -5,9 +5,9 @@
 //! `dot -Tsvg graph.dot -o graph.svg`.
 
 use crate::error::Result;
-use crate::format::resolve_metric;
+use crate::export::format_value;
+use crate::export::resolve_metric;
 use crate::model::{Metric, Profile};
-use crate::report::format_value;
 use std::collections::HashMap;
 use std::io::Write;
 

@@ -2,8 +2,9 @@
 //! format and reading any readable file back.
 
 use crate::error::{Error, Result};
-use crate::model::{Metric, Profile};
-use crate::{collapsed, dot, flamegraph, jfr, native, pprof, speedscope, trace};
+use crate::export::ExportOptions;
+use crate::model::Profile;
+use crate::{collapsed, dot, flamegraph, jfr, native, pprof, speedscope, timeline};
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
@@ -141,51 +142,6 @@ impl std::str::FromStr for Format {
     }
 }
 
-/// Options of the single-metric exporters (and the thread frame of collapsed, HTML, speedscope).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ExportOptions {
-    /// The metric to carry (`--value`); `None` means [`default_metric`].
-    pub metric: Option<Metric>,
-    /// Put a `[thread name]` frame at the root of every stack (`--threads`).
-    pub threads: bool,
-}
-
-/// The metric a single-metric format shows when none is asked for: by the first mode of the run,
-/// `samples` for cpu/wall, `calls` for exact, `bytes` for alloc, `ns` for lock, if the profile
-/// carries it; otherwise the profile's first metric. `None` only when it has no metric at all.
-pub fn default_metric(profile: &Profile) -> Option<Metric> {
-    let metrics = &profile.meta.metrics;
-    for mode in &profile.meta.modes {
-        let preferred: &[Metric] = match mode.as_str() {
-            "cpu" | "wall" => &[Metric::Samples, Metric::Ns],
-            "exact" => &[Metric::Calls, Metric::Bytecodes, Metric::Ns, Metric::CpuNs],
-            "alloc" => &[Metric::LiveBytes, Metric::Bytes, Metric::Objects],
-            "lock" => &[Metric::LockNs, Metric::LockCount, Metric::Ns],
-            _ => &[],
-        };
-        if let Some(m) = preferred.iter().find(|m| metrics.contains(m)) {
-            return Some(*m);
-        }
-    }
-    metrics.first().copied()
-}
-
-/// The index into sample values of `metric` (or of the default metric).
-pub(crate) fn resolve_metric(profile: &Profile, metric: Option<Metric>) -> Result<usize> {
-    let metric = match metric.or_else(|| default_metric(profile)) {
-        Some(m) => m,
-        None => return Err(Error::Export("the profile has no metric".to_string())),
-    };
-    profile.metric_index(metric).ok_or_else(|| {
-        let have: Vec<&str> = profile.meta.metrics.iter().map(|m| m.as_str()).collect();
-        Error::Export(format!(
-            "the profile has no `{}` metric (it has: {})",
-            metric.as_str(),
-            have.join(", ")
-        ))
-    })
-}
-
 /// Writes `profile` in `format`. Single-metric formats use `options.metric`; the native and pprof
 /// formats carry every metric and ignore it (pprof makes `options.metric` its default sample type).
 pub fn write(
@@ -209,13 +165,14 @@ pub fn write(
         )?,
         Format::Html => flamegraph::write(profile, options, &mut out)?,
         Format::Jfr => jfr::write(profile, &mut out)?,
-        Format::Trace => trace::write(profile, &mut out)?,
+        Format::Trace => timeline::write(profile, &mut out)?,
     }
     Ok(())
 }
 
 /// Reads a profile from bytes, recognized by content: the native magic header, JFR's `FLR\0`,
 /// gzip (pprof), UTF-8 text (collapsed), else an uncompressed pprof message.
+#[cfg(feature = "read")]
 pub fn read_bytes(bytes: &[u8]) -> Result<Profile> {
     if bytes.is_empty() {
         // An empty collapsed file would be an empty profile, but an empty file is far more
@@ -249,6 +206,7 @@ pub fn read_bytes(bytes: &[u8]) -> Result<Profile> {
 
 /// What an output-only file is, by its first bytes: an HTML page (the flame graph), JSON
 /// (speedscope, trace) or a Graphviz graph, which no reader takes.
+#[cfg(feature = "read")]
 fn output_only(bytes: &[u8]) -> Option<&'static str> {
     let start = &bytes[..bytes.len().min(512)];
     let text = String::from_utf8_lossy(start);
@@ -266,6 +224,7 @@ fn output_only(bytes: &[u8]) -> Option<&'static str> {
 
 /// Reads a native, JFR, pprof or collapsed file, recognized by content (not by extension). Errors name
 /// the file.
+#[cfg(feature = "read")]
 pub fn read_any(path: impl AsRef<Path>) -> Result<Profile> {
     let path = path.as_ref();
     let bytes = std::fs::read(path).map_err(|e| Error::Io(e).in_file(path))?;
@@ -275,6 +234,7 @@ pub fn read_any(path: impl AsRef<Path>) -> Result<Profile> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Metric;
     use crate::testdata::sample_profile;
     use std::path::PathBuf;
 
@@ -343,26 +303,6 @@ mod tests {
                 "{format}: {e}"
             );
         }
-    }
-
-    #[test]
-    fn default_metric_by_mode() {
-        let mut p = sample_profile();
-        assert_eq!(default_metric(&p), Some(Metric::Samples));
-        p.meta.modes = vec!["exact".into()];
-        p.meta.metrics = vec![Metric::Bytecodes, Metric::Calls];
-        assert_eq!(default_metric(&p), Some(Metric::Calls));
-        p.meta.modes = vec!["alloc".into()];
-        p.meta.metrics = vec![Metric::Objects, Metric::Bytes];
-        assert_eq!(default_metric(&p), Some(Metric::Bytes));
-        p.meta.modes = vec!["lock".into()];
-        p.meta.metrics = vec![Metric::Samples, Metric::Ns];
-        assert_eq!(default_metric(&p), Some(Metric::Ns));
-        p.meta.modes = vec![];
-        p.meta.metrics = vec![Metric::Objects];
-        assert_eq!(default_metric(&p), Some(Metric::Objects));
-        p.meta.metrics = vec![];
-        assert_eq!(default_metric(&p), None);
     }
 
     /// A directory of this test's own (tests run in parallel; none may remove another's files).

@@ -7,16 +7,21 @@
 //! Formats, one module each: [`native`] (`.jvmprof`, lossless, read and written), [`collapsed`]
 //! (`.collapsed`/`.txt`, read and written), [`flamegraph`] (`.html`), [`pprof`] (`.pb.gz`, read
 //! and written), [`jfr`] (`.jfr`, read and written), [`speedscope`] (`.speedscope.json`),
-//! [`dot`] (Graphviz call graph), the text
-//! [`report`] and [`diff`] of two profiles. [`Format`], [`write`] and [`read_any`] pick among
+//! [`dot`] (Graphviz call graph), [`timeline`] (`.trace.json`), the text
+//! [`report`] and [`diff`] of two profiles. Trace mode's method traces and their join across
+//! JVMs are in [`trace`]; the record stream the agent writes, which the native file is, in
+//! [`records`]. [`Format`], [`write`] and [`read_any`] pick among
 //! them by file name, `--format` name or content.
 
 #![forbid(unsafe_code)]
 
 pub mod collapsed;
+#[cfg(feature = "analysis")]
 pub mod diff;
 pub mod dot;
 pub mod error;
+pub mod export;
+#[cfg(feature = "analysis")]
 pub mod filter;
 pub mod flamegraph;
 pub mod format;
@@ -26,18 +31,23 @@ pub mod model;
 pub mod native;
 pub mod pprof;
 pub mod records;
+#[cfg(feature = "analysis")]
 pub mod report;
 pub mod speedscope;
 mod stacks;
+pub mod timeline;
 pub mod trace;
-pub mod tracecut;
-pub mod tracelog;
-pub mod tracetree;
 
 #[cfg(test)]
 mod testdata;
 
+/// The old path of [`trace::log`], which `native` reads the trace section with.
+
 pub use error::{Error, Result};
-pub use format::{ExportOptions, Format, default_metric, read_any, read_bytes, write};
+pub use export::{ExportOptions, default_metric};
+pub use format::{Format, write};
+#[cfg(feature = "read")]
+pub use format::{read_any, read_bytes};
 pub use model::*;
+#[cfg(feature = "analysis")]
 pub use report::ReportOptions;

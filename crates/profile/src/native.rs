@@ -70,7 +70,7 @@ pub fn write(profile: &Profile, out: impl Write) -> io::Result<()> {
 /// Writes `profile` and trace mode's method traces as a native file.
 pub fn write_with_traces(
     profile: &Profile,
-    traces: &[crate::tracelog::Chunk],
+    traces: &[crate::trace::log::Chunk],
     mut out: impl Write,
 ) -> io::Result<()> {
     let mut w = crate::records::RecordWriter::new();
@@ -90,7 +90,7 @@ pub fn write_with_traces(
 pub fn read_trace(
     bytes: &[u8],
     origin: &str,
-) -> Result<Option<(crate::tracelog::VmTrace, Option<String>)>> {
+) -> Result<Option<(crate::trace::log::VmTrace, Option<String>)>> {
     if bytes.len() < 10 || &bytes[..MAGIC.len()] != MAGIC {
         return Err(Error::NotJvmprof);
     }
@@ -103,7 +103,7 @@ pub fn read_trace(
                 .map(|th| {
                     th.events
                         .iter()
-                        .filter(|e| matches!(e, crate::tracelog::Event::Enter { .. }))
+                        .filter(|e| matches!(e, crate::trace::log::Event::Enter { .. }))
                         .count()
                 })
                 .sum();
@@ -124,13 +124,13 @@ pub fn read_trace(
     if rest.is_empty() {
         return Ok(None);
     }
-    let Some(chunks) = rest.strip_prefix(crate::tracelog::SECTION.as_slice()) else {
+    let Some(chunks) = rest.strip_prefix(crate::trace::log::SECTION.as_slice()) else {
         return Err(Error::invalid(
             FORMAT,
             format!("{origin}: unexpected bytes after the profile (no trace section marker)"),
         ));
     };
-    Ok(Some(crate::tracelog::read_chunks(chunks, origin)))
+    Ok(Some(crate::trace::log::read_chunks(chunks, origin)))
 }
 
 /// Reads a native file, checking the header, the gzip checksum and every index in the profile.
@@ -219,7 +219,7 @@ pub fn read(mut input: impl Read) -> Result<Profile> {
 fn replay(
     bytes: &[u8],
     origin: &str,
-) -> Result<(Profile, Option<crate::tracelog::VmTrace>, Option<String>)> {
+) -> Result<(Profile, Option<crate::trace::log::VmTrace>, Option<String>)> {
     let named = |e: String| match origin {
         "" => Error::invalid(FORMAT, e),
         o => Error::invalid(FORMAT, format!("{o}: {e}")),
@@ -705,7 +705,7 @@ mod tests {
 #[cfg(test)]
 mod trace_section_tests {
     use super::*;
-    use crate::tracelog::{Chunk, Event, SECTION, write_chunk};
+    use crate::trace::log::{Chunk, Event, SECTION, write_chunk};
 
     fn chunk() -> Chunk {
         Chunk {

@@ -9,16 +9,22 @@
 //! metadata is one comment `jvmprof.meta={json}`, which [`read`] turns back into [`Meta`], so
 //! `native → pprof → native` keeps everything.
 
+#[cfg(feature = "read")]
 use crate::collapsed::frame_from_name;
-use crate::error::{Error, Result};
-use crate::format::{ExportOptions, default_metric};
+#[cfg(feature = "read")]
+use crate::error::Error;
+use crate::error::Result;
+use crate::export::{ExportOptions, default_metric};
 use crate::model::*;
 use flate2::Compression;
+#[cfg(feature = "read")]
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use prost::Message;
 use std::collections::HashMap;
-use std::io::{Read, Write};
+#[cfg(feature = "read")]
+use std::io::Read;
+use std::io::Write;
 
 /// The generated `perftools.profiles` types (from `proto/profile.proto`).
 #[allow(clippy::all, missing_docs)]
@@ -26,6 +32,7 @@ pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/perftools.profiles.rs"));
 }
 
+#[cfg(feature = "read")]
 const FORMAT: &str = "pprof";
 const META_COMMENT: &str = "jvmprof.meta=";
 
@@ -74,6 +81,7 @@ fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
+#[cfg(feature = "read")]
 fn state_from_str(s: &str) -> Option<ThreadState> {
     Some(match s {
         "unknown" => ThreadState::Unknown,
@@ -239,6 +247,7 @@ pub fn write(profile: &Profile, options: &ExportOptions, out: impl Write) -> Res
 }
 
 /// Whether `bytes` (the start of a file) look like gzip, the usual pprof wrapping.
+#[cfg(feature = "read")]
 pub fn sniff_gzip(bytes: &[u8]) -> bool {
     bytes.starts_with(&[0x1f, 0x8b])
 }
@@ -246,6 +255,7 @@ pub fn sniff_gzip(bytes: &[u8]) -> bool {
 /// Reads a pprof profile, gzipped or not. Made for what [`write`] writes; other pprof files are
 /// read when their sample types are jvmprof metric names (`samples`, `ns`, `calls`, ...) or the
 /// common `cpu`/`wall` (nanoseconds, as `ns`) and their ids and indices are consistent.
+#[cfg(feature = "read")]
 pub fn read(mut input: impl Read) -> Result<Profile> {
     let mut raw = Vec::new();
     input.read_to_end(&mut raw)?;
@@ -269,6 +279,7 @@ pub fn read(mut input: impl Read) -> Result<Profile> {
 }
 
 /// Turns a decoded pprof message into a [`Profile`], checking every id and index.
+#[cfg(feature = "read")]
 pub fn from_proto(p: &proto::Profile) -> Result<Profile> {
     let bad = |detail: String| Error::invalid(FORMAT, detail);
     let string = |i: i64, what: &str| -> Result<&str> {

@@ -4,7 +4,8 @@
 //! same per thread. A method is its rendered name `package.Class.method`, so the lines of one
 //! method add up.
 
-use crate::format::default_metric;
+use crate::export::default_metric;
+pub use crate::export::format_value;
 use crate::model::{Metric, Profile, Sample};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -27,16 +28,6 @@ impl Default for ReportOptions {
             top: 20,
             per_thread: false,
         }
-    }
-}
-
-/// Formats a value of `metric`: nanoseconds as milliseconds, everything else as an integer.
-pub fn format_value(metric: Metric, v: u64) -> String {
-    match metric {
-        Metric::Ns | Metric::CpuNs | Metric::LockNs | Metric::WaitNs => {
-            format!("{:.3} ms", v as f64 / 1e6)
-        }
-        _ => v.to_string(),
     }
 }
 

@@ -9,7 +9,7 @@
 //! either way. Threads with no value in the metric are left out.
 
 use crate::error::Result;
-use crate::format::{ExportOptions, resolve_metric};
+use crate::export::{ExportOptions, resolve_metric};
 use crate::model::{Metric, Profile};
 use crate::stacks::clean_name;
 use serde::Serialize;

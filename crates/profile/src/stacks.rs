@@ -111,6 +111,7 @@ fn by_rank(rank: &[u32], a: &[u32], b: &[u32]) -> std::cmp::Ordering {
 }
 
 /// Rendered stacks of two profiles in one name table, for differential views.
+#[cfg(feature = "analysis")]
 #[derive(Debug, Default)]
 pub(crate) struct PairedStacks {
     pub names: Vec<String>,
@@ -122,6 +123,7 @@ pub(crate) struct PairedStacks {
 
 /// Renders both profiles' stacks (see [`named_stacks`]) into one name table and pairs their
 /// values per rendered stack, sorted by rendered text.
+#[cfg(feature = "analysis")]
 pub(crate) fn paired_stacks(
     base: &Profile,
     base_metric: usize,

@@ -576,7 +576,8 @@ impl Decoder {
                 return Ok(Some(Event::Labels(labels)));
             }
             Message::Trace { seq, chunk } => {
-                let (trace, damage) = jvmprof_profile::tracelog::read_chunks(&chunk, "trace chunk");
+                let (trace, damage) =
+                    jvmprof_profile::trace::log::read_chunks(&chunk, "trace chunk");
                 if let Some(d) = damage {
                     return Err(d);
                 }

@@ -349,7 +349,7 @@ fn labels_follow_the_hello_and_version_1_agents_are_still_accepted() {
 
 #[test]
 fn trace_chunks_pass_whole_and_damaged_ones_are_refused() {
-    use jvmprof_profile::tracelog::{Chunk, Event as TraceEvent, write_chunk};
+    use jvmprof_profile::trace::log::{Chunk, Event as TraceEvent, write_chunk};
     let chunk = Chunk {
         threads: vec![(1, "main".into())],
         methods: vec![(2, "A.run".into())],

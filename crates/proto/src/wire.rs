@@ -127,7 +127,7 @@ pub enum Message {
     /// The VM's labels (`service` = `checkout`, ...), right after the Hello when it has any
     /// (version 2; appended last so every earlier message keeps its encoding).
     Labels(Vec<(String, String)>),
-    /// Trace mode: one chunk of method traces (crates/profile `tracelog`: length, CRC-32,
+    /// Trace mode: one chunk of method traces (crates/profile `trace::log`: length, CRC-32,
     /// payload), numbered from 1 for the life of the agent (version 3).
     Trace {
         seq: u64,

@@ -15,10 +15,12 @@
 //! raw stacks, so 100k stacks stay a few MB and draw quickly.
 
 use crate::error::Result;
-use crate::format::{ExportOptions, resolve_metric};
+use crate::export::{ExportOptions, resolve_metric};
 use crate::model::Metric;
 use crate::model::{FrameKind, Profile};
-use crate::stacks::{named_stacks, paired_stacks};
+use crate::stacks::named_stacks;
+#[cfg(feature = "analysis")]
+use crate::stacks::paired_stacks;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::Write;
@@ -88,6 +90,7 @@ pub(crate) fn data(profile: &Profile, options: &ExportOptions) -> Result<Data> {
 
 /// Builds the page data of a differential flame graph: widths from `new`, colours from the
 /// change of each frame's share between `base` and `new`.
+#[cfg(feature = "analysis")]
 pub(crate) fn diff_data(base: &Profile, new: &Profile, options: &ExportOptions) -> Result<Data> {
     let (metric, bi, ni) = crate::diff::metric_indices(base, new, options.metric)?;
     let paired = paired_stacks(base, bi, new, ni, options.threads);
@@ -222,6 +225,7 @@ pub fn write(profile: &Profile, options: &ExportOptions, out: impl Write) -> Res
 /// Writes a differential flame graph: frames as wide as in `new`, red where their share of the
 /// total grew since `base`, blue where it shrank; hover shows both values. Stacks only in `base`
 /// have no width and are not drawn (the text diff lists them).
+#[cfg(feature = "analysis")]
 pub fn write_diff(
     base: &Profile,
     new: &Profile,

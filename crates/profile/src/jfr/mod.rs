@@ -34,9 +34,13 @@
 //! durations add up to `lock_ns`), spread evenly over the profile's duration, since a profile
 //! keeps totals, not times. Profiles of other metrics (exact mode) cannot be written as JFR.
 
+#[cfg_attr(not(feature = "read"), allow(dead_code))]
 mod bytes;
+#[cfg(feature = "read")]
 mod metadata;
+#[cfg(feature = "read")]
 mod read;
+#[cfg(feature = "read")]
 mod value;
 mod write;
 
@@ -56,6 +60,7 @@ pub fn sniff(bytes: &[u8]) -> bool {
 
 /// Reads a recording (every chunk) into one profile. Errors name what is wrong and the byte
 /// offset.
+#[cfg(feature = "read")]
 pub fn read(bytes: &[u8]) -> Result<Profile> {
     read::read(bytes)
 }
@@ -68,6 +73,7 @@ pub fn write(profile: &Profile, out: impl Write) -> Result<()> {
 /// A class name as JFR stores it (`java/util/HashMap`, `[B`, `[Ljava/lang/String;`) in Java
 /// form (`java.util.HashMap`, `byte[]`, `java.lang.String[]`). Hidden classes lose their
 /// `/0x…` suffix, as in the agent's profiles.
+#[cfg(feature = "read")]
 pub(crate) fn java_type_name(name: &str) -> String {
     let dims = name.bytes().take_while(|b| *b == b'[').count();
     let elem = &name[dims..];
@@ -97,6 +103,7 @@ pub(crate) fn java_type_name(name: &str) -> String {
 /// A hidden class's name without its address: `Foo$$Lambda/0x0000…` (JDK 21+),
 /// `Foo$$Lambda$14.0x0000…`, and JFR's `Foo$$Lambda$88+0x00007fe5…/360062456` (JDK 17) all
 /// become `Foo$$Lambda…` as the agent names them.
+#[cfg(feature = "read")]
 fn strip_hidden_suffix(body: &str) -> &str {
     let hex_then = |rest: &str, tail_ok: &dyn Fn(&str) -> bool| {
         let n = rest.bytes().take_while(u8::is_ascii_hexdigit).count();

@@ -25,7 +25,7 @@ pub mod replay;
 pub mod write;
 
 use crate::model::{Frame, Meta, Thread, ThreadState};
-use crate::tracelog;
+use crate::trace::log as tracelog;
 use serde::{Deserialize, Serialize};
 
 pub use replay::{Replay, Tail};

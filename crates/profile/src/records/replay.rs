@@ -9,7 +9,7 @@
 
 use super::{ChunkHead, Framed, Record, body, decode, next_chunk};
 use crate::model::{Frame, FrameKind, Profile, Sample, Stacks, Thread, ThreadState, TimedSample};
-use crate::tracelog::{self, VmTrace};
+use crate::trace::log::{self as tracelog, VmTrace};
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;

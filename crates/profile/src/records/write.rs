@@ -8,7 +8,7 @@
 
 use super::{CHUNK_TARGET, ChunkHead, DEFLATE, MAX_CHUNK, RAW, RecordRef, frame_chunk};
 use crate::model::{Meta, Profile, Stacks};
-use crate::tracelog;
+use crate::trace::log as tracelog;
 use flate2::Compression;
 use std::io::{self, Write};
 

@@ -6,7 +6,7 @@
 
 use jvmprof_jvmti::Jni;
 use jvmprof_jvmti::classes::GlobalRef;
-use jvmprof_profile::tracelog::{self, Chunk, Event, Protocol, Side, VmHeader};
+use jvmprof_profile::trace::log::{self as tracelog, Chunk, Event, Protocol, Side, VmHeader};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;
