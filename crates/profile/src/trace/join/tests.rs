@@ -1,6 +1,6 @@
 use super::*;
 use crate::trace::layout::Kind;
-use crate::trace::log::{Chunk, SECTION, VmHeader, write_chunk};
+use crate::trace::log::{Chunk, VmHeader};
 use crate::trace::render::OutputFormat;
 use crate::trace::testkit::*;
 
@@ -439,14 +439,20 @@ fn a_recording_without_calls_is_noted() {
     assert_eq!(flatten(&j).len(), 1);
 }
 
-/// A native file holding `chunks` as its trace section, and where each chunk ends.
+/// A native file (records) holding `chunks` as its traces, a record chunk each, and where each
+/// ends.
 fn native_file(chunks: &[Chunk]) -> (Vec<u8>, Vec<usize>) {
-    let mut bytes = Vec::new();
-    crate::native::write(&crate::model::Profile::default(), &mut bytes).unwrap();
-    bytes.extend_from_slice(SECTION);
+    let profile = crate::model::Profile::default();
+    let mut records = crate::records::RecordWriter::new();
+    let mut bytes = crate::native::records_header().to_vec();
     let mut ends = Vec::new();
-    for c in chunks {
-        write_chunk(c, &mut bytes).unwrap();
+    for (i, c) in chunks.iter().enumerate() {
+        let last = i + 1 == chunks.len();
+        bytes.extend(
+            records
+                .update(&profile, &[], std::slice::from_ref(c), last)
+                .unwrap(),
+        );
         ends.push(bytes.len());
     }
     (bytes, ends)
