@@ -41,7 +41,6 @@ pub mod trace;
 #[cfg(test)]
 mod testdata;
 
-/// The old path of [`trace::log`], which `native` reads the trace section with.
 pub use error::{Error, Result};
 pub use export::{ExportOptions, default_metric};
 pub use format::{Format, write};
