@@ -48,19 +48,6 @@ const ACK_POLL: Duration = Duration::from_millis(200);
 /// How long `finish` waits for what is left to reach the collector.
 const FINISH_WAIT: Duration = Duration::from_secs(5);
 
-/// Who is connecting, sent once per connection.
-#[derive(Clone, Debug, Default)]
-pub struct Handshake {
-    pub pid: u32,
-    pub command: String,
-    /// `java.vm.name` and `java.runtime.version`.
-    pub jvm: String,
-    pub os: String,
-    pub host: String,
-    pub agent_version: String,
-    pub start_unix_ms: u64,
-}
-
 /// One thread in a snapshot (xdProf: id, name, group, daemon, state, logical start order, frames
 /// top first with line numbers): the protocol's thread record with resolved frames.
 pub type ThreadSnapshot = jvmprof_proto::ThreadDump<Frame>;
@@ -230,13 +217,14 @@ fn now_ms() -> u64 {
 }
 
 impl Stream {
-    pub fn start(options: StreamOptions, handshake: Handshake) -> Stream {
+    /// Starts the link; `hello` says who is connecting (its version and token are the link's).
+    pub fn start(options: StreamOptions, hello: Hello) -> Stream {
         let shared = Arc::new(Shared {
             outbox: Mutex::new(Outbox::default()),
             wake: Condvar::new(),
             io_tid: AtomicU32::new(0),
         });
-        let os = if handshake.os.trim().is_empty() {
+        let os = if hello.os.trim().is_empty() {
             // JVMTI may not offer os.name this early: ask the kernel.
             let read = |f: &str| {
                 std::fs::read_to_string(f)
@@ -250,18 +238,13 @@ impl Stream {
                 read("/proc/sys/kernel/osrelease")
             )
         } else {
-            handshake.os
+            hello.os.clone()
         };
         let hello = Hello {
             version: VERSION,
             token: options.token.clone(),
-            pid: handshake.pid,
-            command: handshake.command,
-            jvm: handshake.jvm,
             os,
-            host: handshake.host,
-            agent_version: handshake.agent_version,
-            start_unix_ms: handshake.start_unix_ms,
+            ..hello
         };
         let io_shared = shared.clone();
         let server = options.server.clone();
@@ -855,7 +838,7 @@ mod tests {
     #[test]
     fn sends_deltas_and_snapshots_then_bye() {
         let (addr, collector) = fake_collector();
-        let mut s = Stream::start(options(addr), Handshake::default());
+        let mut s = Stream::start(options(addr), Hello::default());
         let mut b = builder();
         let main = b.frame(Frame::java("A", "main", "()V", 1));
         let work = b.frame(Frame::java("A", "work", "()V", 2));
@@ -968,7 +951,7 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let mut s = Stream::start(options(format!("127.0.0.1:{port}")), Handshake::default());
+        let mut s = Stream::start(options(format!("127.0.0.1:{port}")), Hello::default());
         let big: Vec<ThreadSnapshot> = (0..1000)
             .map(|i| ThreadSnapshot {
                 id: i,

@@ -12,7 +12,7 @@ use crate::running::Shared;
 use crate::say::say;
 use crate::sink::Sink;
 use crate::state::AgentState;
-use crate::stream::{Handshake, Stream, StreamOptions, ThreadSnapshot};
+use crate::stream::{Stream, StreamOptions, ThreadSnapshot};
 use crate::sync::lock;
 use jvmprof_jvmti::{Env, Jni, os};
 use jvmprof_profile::{ExportOptions, Format, Meta, Metric, Profile};
@@ -241,7 +241,7 @@ impl Writer {
             meta.extra.insert("lock_threshold_ns".into(), ns);
         }
         let stream = o.server.as_ref().map(|server| {
-            let handshake = Handshake {
+            let hello = jvmprof_proto::Hello {
                 pid: meta.pid,
                 command: meta.command.clone(),
                 jvm: format!("{} {}", meta.jvm_name, meta.jvm_version),
@@ -255,6 +255,7 @@ impl Writer {
                     .unwrap_or_default(),
                 agent_version: env!("CARGO_PKG_VERSION").to_string(),
                 start_unix_ms: meta.start_unix_ms,
+                ..jvmprof_proto::Hello::default()
             };
             Stream::start(
                 StreamOptions {
@@ -263,7 +264,7 @@ impl Writer {
                     labels: o.labels.clone(),
                     refresh: o.refresh,
                 },
-                handshake,
+                hello,
             )
         });
         let mut sink = Sink::new(meta, env, &state.names, o.depth);
