@@ -546,9 +546,7 @@ fn write_profile(
         let mut tmp = file.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp = std::path::PathBuf::from(tmp);
-        let gained: Vec<(u32, Vec<u64>)> = (0..profile.samples.len() as u32)
-            .map(|i| (i, profile.samples[i as usize].values.clone()))
-            .collect();
+        let gained = jvmprof_profile::records::write::everything(profile);
         RecordFile::create(&tmp)?.finish_with_traces(profile, &gained, appendix)?;
         return std::fs::rename(&tmp, file)
             .map_err(|e| format!("cannot write {}: {e}", file.display()));

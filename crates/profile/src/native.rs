@@ -73,15 +73,8 @@ pub fn write_with_traces(
     traces: &[crate::trace::log::Chunk],
     mut out: impl Write,
 ) -> io::Result<()> {
-    let mut w = crate::records::RecordWriter::new();
-    let gained: Vec<(u32, Vec<u64>)> = profile
-        .samples
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (i as u32, s.values.clone()))
-        .collect();
     out.write_all(&records_header())?;
-    out.write_all(&w.update(profile, &gained, traces, true)?)?;
+    out.write_all(&crate::records::RecordWriter::whole(profile, traces)?)?;
     out.flush()
 }
 
@@ -97,17 +90,8 @@ pub fn read_trace(
     if u16::from_le_bytes([bytes[8], bytes[9]]) >= RECORDS_VERSION {
         let (_, trace, damage) = replay(&bytes[HEADER_LEN..], "")?;
         return Ok(trace.map(|t| {
-            let calls: usize = t
-                .threads
-                .iter()
-                .map(|th| {
-                    th.events
-                        .iter()
-                        .filter(|e| matches!(e, crate::trace::log::Event::Enter { .. }))
-                        .count()
-                })
-                .sum();
             let damage = damage.map(|d| {
+                let calls = t.calls();
                 format!("{origin}: the trace is damaged ({d}); read up to there: {calls} calls")
             });
             (t, damage)
@@ -602,9 +586,7 @@ mod tests {
         }
         // A second chunk cut short (a file still being written): the first is read.
         let mut w = crate::records::RecordWriter::new();
-        let gained: Vec<_> = (0..p.samples.len() as u32)
-            .map(|i| (i, p.samples[i as usize].values.clone()))
-            .collect();
+        let gained = crate::records::write::everything(&p);
         let mut live = records_header().to_vec();
         live.extend(w.update(&p, &gained, &[], false).unwrap());
         let whole = live.len();

@@ -15,7 +15,7 @@ fn replay_all(bytes: &[u8]) -> (Replay, replay::ReadNotes) {
 #[test]
 fn a_whole_profile_replays_to_itself() {
     for p in [sample_profile(), timed_profile(), Profile::default()] {
-        let bytes = RecordWriter::whole(&p).unwrap();
+        let bytes = RecordWriter::whole(&p, &[]).unwrap();
         let (r, notes) = replay_all(&bytes);
         assert_eq!(notes, replay::ReadNotes::default());
         assert!(r.ended());
@@ -183,7 +183,7 @@ fn big_updates_are_cut_into_chunks_each_under_the_target() {
         parent = if i % 50 == 0 { None } else { Some(s) };
     }
     let p = b.finish();
-    let bytes = RecordWriter::whole(&p).unwrap();
+    let bytes = RecordWriter::whole(&p, &[]).unwrap();
     let mut at = 0;
     let mut n = 0;
     while let Framed::Chunk(payload, len) = next_chunk(&bytes[at..]) {

@@ -116,15 +116,10 @@ impl RecordWriter {
         Ok(std::mem::take(&mut self.out))
     }
 
-    /// A whole profile as chunks (every sample with all its values), ended.
-    pub fn whole(profile: &Profile) -> io::Result<Vec<u8>> {
-        let gained: Vec<(u32, Vec<u64>)> = profile
-            .samples
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (i as u32, s.values.clone()))
-            .collect();
-        RecordWriter::new().update(profile, &gained, &[], true)
+    /// A whole profile and trace mode's `traces` as chunks (every sample with all its values),
+    /// ended.
+    pub fn whole(profile: &Profile, traces: &[tracelog::Chunk]) -> io::Result<Vec<u8>> {
+        RecordWriter::new().update(profile, &everything(profile), traces, true)
     }
 
     /// How many samples have been recorded so far.
@@ -174,4 +169,15 @@ impl RecordWriter {
         };
         Ok(())
     }
+}
+
+/// Every sample's values, as if all were gained now: what a writer that starts on a finished
+/// profile records.
+pub fn everything(profile: &Profile) -> Vec<(u32, Vec<u64>)> {
+    profile
+        .samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i as u32, s.values.clone()))
+        .collect()
 }

@@ -110,6 +110,21 @@ pub struct VmTrace {
     pub dropped_calls: u64,
 }
 
+impl VmTrace {
+    /// The calls recorded (method entries).
+    pub fn calls(&self) -> usize {
+        self.threads
+            .iter()
+            .map(|th| {
+                th.events
+                    .iter()
+                    .filter(|e| matches!(e, Event::Enter { .. }))
+                    .count()
+            })
+            .sum()
+    }
+}
+
 /// One drained batch, as stored.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Chunk {
@@ -196,16 +211,7 @@ pub fn read_chunks(mut bytes: &[u8], origin: &str) -> (VmTrace, Option<String>) 
         bytes = &bytes[8 + len as usize..];
     };
     let message = damage.map(|why| {
-        let calls: usize = t
-            .threads
-            .iter()
-            .map(|th| {
-                th.events
-                    .iter()
-                    .filter(|e| matches!(e, Event::Enter { .. }))
-                    .count()
-            })
-            .sum();
+        let calls = t.calls();
         format!(
             "{origin}: the trace is damaged {offset} bytes into its trace section ({why}); \
              read up to there: {count} chunks, {calls} calls"
