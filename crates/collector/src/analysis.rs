@@ -175,7 +175,7 @@ impl Analysis for Profiles {
 pub struct CallGraphs {
     pub store: Store,
     pub dir: PathBuf,
-    pub vms: std::sync::Arc<crate::Registry>,
+    pub vms: std::sync::Arc<crate::registry::Registry>,
 }
 
 impl Analysis for CallGraphs {

@@ -21,8 +21,8 @@
 //!   (see [`crate::ingest`]); 200 `{"vm": ID}`, 400 with the reason for bad input, 413 for a
 //!   body over 64 MiB, 429 when the client made too many new VMs this minute.
 
-use crate::Hub;
 use crate::heaps::HeapState;
+use crate::hub::Hub;
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
@@ -389,8 +389,10 @@ async fn delete_vm(State(hub): State<Arc<Hub>>, Path(id): Path<u64>) -> Response
             eprintln!("jvmprof serve: VM {id} deleted");
             StatusCode::NO_CONTENT.into_response()
         }
-        Ok(Err(crate::DeleteError::Unknown)) => error(StatusCode::NOT_FOUND, format!("no VM {id}")),
-        Ok(Err(crate::DeleteError::Connected)) => error(
+        Ok(Err(crate::registry::DeleteError::Unknown)) => {
+            error(StatusCode::NOT_FOUND, format!("no VM {id}"))
+        }
+        Ok(Err(crate::registry::DeleteError::Connected)) => error(
             StatusCode::CONFLICT,
             format!("VM {id} is connected; it can be deleted once it disconnects"),
         ),

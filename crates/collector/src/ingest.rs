@@ -15,13 +15,13 @@
 //! body is at most [`MAX_BODY`], it un-gzips to at most [`MAX_PPROF`], and its protobuf is
 //! measured before it is decoded ([`MAX_DECODED`], [`MAX_STACK_FRAMES`]).
 
-use crate::store::VmRecord;
-use crate::{Hub, Registry, VmState, bump, mask_tokens, now_ms};
+use crate::hub::Hub;
+use crate::registry::mask_tokens;
+use crate::stats::bump;
 use jvmprof_profile::Profile;
 use jvmprof_profile::pprof::proto;
 use std::collections::HashMap;
 use std::io::Read;
-use std::sync::atomic::Ordering;
 
 /// Longest `name` accepted.
 pub const MAX_NAME: usize = 4096;
@@ -434,62 +434,6 @@ pub fn vm_labels(name: &SeriesName) -> Vec<(String, String)> {
     labels
 }
 
-impl Registry {
-    /// The VM of `host`, `pid` and `origin` (in `agent_version`), or a new one if `may_add`
-    /// allows, updated by `update`, with the seq its next batch gets; `None` when it would be
-    /// new and may not be added.
-    fn pushed(
-        &self,
-        (host, pid, origin): (String, u32, String),
-        store: &crate::store::Store,
-        may_add: impl FnOnce() -> bool,
-        update: impl FnOnce(&mut VmRecord),
-    ) -> Option<(VmRecord, u64)> {
-        let mut vms = self.vms.lock().unwrap();
-        let found = vms
-            .values()
-            .find(|v| {
-                v.record.host == host && v.record.pid == pid && v.record.agent_version == origin
-            })
-            .map(|v| v.record.id);
-        let id = match found {
-            Some(id) => id,
-            None => {
-                if !may_add() {
-                    return None;
-                }
-                // A shared store names the VM the same on every collector.
-                let id = store
-                    .vm_id_for(&format!("{host} {origin}"), pid, 0)
-                    .unwrap_or_else(|| self.next_id.fetch_add(1, Ordering::Relaxed));
-                let now = now_ms();
-                vms.insert(
-                    id,
-                    VmState {
-                        record: VmRecord {
-                            id,
-                            pid,
-                            host,
-                            agent_version: origin,
-                            start_unix_ms: now,
-                            connected_at: now,
-                            ..VmRecord::default()
-                        },
-                        connections: 0,
-                        received_seq: store.committed(id),
-                    },
-                );
-                id
-            }
-        };
-        let state = vms.get_mut(&id)?;
-        update(&mut state.record);
-        state.record.last_seen = now_ms();
-        state.received_seq += 1;
-        Some((state.record.clone(), state.received_seq))
-    }
-}
-
 /// Stores a checked push (see [`check_request`]) whose body decoded to `profile` as a batch of
 /// its VM, durably; the VM's id. A profile without samples is accepted and not stored (0).
 pub async fn store(
@@ -530,7 +474,7 @@ pub async fn store(
         bump(&hub.stats.rejected, 1);
         return Err(Refused::TooMany(format!(
             "{peer} created more than {} new VMs this minute",
-            crate::MAX_NEW_VMS_PER_MINUTE
+            crate::hub::MAX_NEW_VMS_PER_MINUTE
         )));
     };
     let id = record.id;
@@ -550,6 +494,7 @@ pub async fn store(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::Registry;
 
     fn labels(l: &[(&str, &str)]) -> Vec<(String, String)> {
         l.iter()
