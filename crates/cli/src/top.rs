@@ -125,10 +125,16 @@ fn show(args: &Args, file: &Path, refresh: Duration, quit: &AtomicBool) -> Resul
     let mut all_total = 0u64;
     let mut shown = 0u32;
     let mut last: Option<(Counts, u64)> = None;
-    let mut next_read = Instant::now() + refresh;
+    // What arrived since the last refresh of the table.
+    let mut fresh = Counts::new();
+    let mut fresh_total = 0u64;
+    let mut arrived = false;
+    let mut next_draw = Instant::now() + refresh;
+    let mut next_read = Instant::now();
     loop {
-        // One refresh of the table every `refresh`, from what the agent appended meanwhile;
-        // keys and signals are handled meanwhile.
+        // The agent appends once a second; the file is read every 200 ms and the table drawn
+        // every `refresh` once something arrived (or a refresh later with nothing: an idle JVM),
+        // so a refresh is never drawn just before the append it should show.
         loop {
             if quit.load(Ordering::Relaxed) {
                 return Ok(());
@@ -155,22 +161,38 @@ fn show(args: &Args, file: &Path, refresh: Duration, quit: &AtomicBool) -> Resul
                     draw(args, counts, *total, sort, cumulative, paused, true)?;
                 }
             }
-            if Instant::now() >= next_read {
-                next_read += refresh;
+            let now = Instant::now();
+            if now >= next_read {
+                next_read = now + Duration::from_millis(200);
+                let gained = match tail.read(file) {
+                    Ok(g) => g,
+                    Err(_) if !file.exists() => Vec::new(), // the session has not written yet
+                    Err(e) => bail!("cannot follow the profile of process {}: {e}", args.pid),
+                };
+                if tail.ended() {
+                    eprintln!("jvmprof: the session in process {} was ended", args.pid);
+                    return Ok(());
+                }
+                if !gained.is_empty() {
+                    arrived = true;
+                    let (counts, total) = count(tail.profile(), &gained, args.threads);
+                    for (k, (s, t)) in counts {
+                        let acc = fresh.entry(k).or_default();
+                        acc.0 += s;
+                        acc.1 += t;
+                    }
+                    fresh_total += total;
+                }
+            }
+            if now >= next_draw && (arrived || now >= next_draw + refresh) {
+                next_draw = now + refresh;
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let gained = match tail.read(file) {
-            Ok(g) => g,
-            Err(_) if !file.exists() => Vec::new(), // the session has not written yet
-            Err(e) => bail!("cannot follow the profile of process {}: {e}", args.pid),
-        };
-        if tail.ended() {
-            eprintln!("jvmprof: the session in process {} was ended", args.pid);
-            return Ok(());
-        }
-        let (counts, total) = count(tail.profile(), &gained, args.threads);
+        arrived = false;
+        let counts = std::mem::take(&mut fresh);
+        let total = std::mem::take(&mut fresh_total);
         for (k, (s, t)) in &counts {
             let acc = all.entry(k.clone()).or_default();
             acc.0 += s;
