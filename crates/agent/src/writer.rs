@@ -194,10 +194,9 @@ struct Writer {
     sink: Sink,
     /// The collector connection, with `server=`.
     stream: Option<Stream>,
-    /// The native file, appended as records (when `file=` names one).
+    /// The native file, appended as records (when `file=` names one). After an error (said
+    /// once) it is gone, and the file is written whole at the end instead.
     records: Option<RecordFile>,
-    /// The first error writing it (said once; profiling goes on).
-    records_error: Option<String>,
     /// Java thread id → the order in which snapshots first saw the thread.
     thread_order: HashMap<i64, u64>,
 }
@@ -268,16 +267,11 @@ impl Writer {
             )
         });
         let mut sink = Sink::new(meta, env, &state.names, o.depth);
-        let (records, records_error) = match native_file(o) {
-            Some(path) => match RecordFile::create(path) {
-                Ok(r) => (Some(r), None),
-                Err(e) => {
-                    say(&format!("{e}; profiling continues"));
-                    (None, Some(e))
-                }
-            },
-            None => (None, None),
-        };
+        let records = native_file(o).and_then(|path| {
+            RecordFile::create(path)
+                .map_err(|e| say(&format!("{e}; profiling continues")))
+                .ok()
+        });
         if stream.is_some() || records.is_some() {
             sink.track_unsent();
         }
@@ -288,7 +282,6 @@ impl Writer {
             sink,
             stream,
             records,
-            records_error,
             thread_order: HashMap::new(),
         }
     }
@@ -318,7 +311,6 @@ impl Writer {
         {
             say(&format!("{e}; profiling continues"));
             self.records = None;
-            self.records_error = Some(e);
         }
     }
 
@@ -406,11 +398,10 @@ impl Writer {
         let appendix = self.shared.engines.iter().find_map(|e| e.appendix());
         let _remove = RemoveOnDrop(appendix.clone());
         let mut records = self.records.take();
-        if let Some(r) = &mut records
-            && let Err(e) = r.finish_with_traces(self.sink.profile(), &gained, appendix.as_deref())
-        {
-            self.records_error = Some(e);
-        }
+        let records_failed = records.as_mut().and_then(|r| {
+            r.finish_with_traces(self.sink.profile(), &gained, appendix.as_deref())
+                .err()
+        });
         let profile = self.sink.finish();
         if let Some(stream) = stream {
             stream.finish(&profile, gained);
@@ -446,7 +437,7 @@ impl Writer {
                 )),
             };
         }
-        if let Some(e) = self.records_error.take() {
+        if let Some(e) = records_failed {
             return Err(e);
         }
         match &o.file {
