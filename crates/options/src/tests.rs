@@ -2,6 +2,7 @@
 //! the CLI rely on.
 
 use super::*;
+use crate::process::utc_stamp;
 
 fn start(s: &str) -> Options {
     match parse(s).unwrap() {
