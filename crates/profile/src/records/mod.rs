@@ -21,6 +21,7 @@
 //! readers then reject the chunks that hold one), and any change to a model type a record
 //! carries needs a new native format version.
 
+pub mod merge;
 pub mod replay;
 pub mod write;
 

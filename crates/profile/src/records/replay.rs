@@ -25,6 +25,11 @@ pub struct Replay {
     ended: bool,
     /// Samples that the last chunk added to, with what they gained (for [`Tail`]).
     gained: Vec<(u32, Vec<u64>)>,
+    /// Whether sample values count ([`Replay::counting`]): a chunk outside a queried time range
+    /// still defines frames, stacks, threads and samples, but adds nothing.
+    muted: bool,
+    /// Timeline entries are skipped (a store's replay answers totals, not timelines).
+    no_timeline: bool,
 }
 
 /// One placeholder frame, thread or stack stands for whatever a skipped chunk held.
@@ -46,6 +51,21 @@ impl Replay {
                 Ok(())
             }
         }
+    }
+
+    /// A replay that skips timeline entries (they are the bulk of a long wall-mode stream and a
+    /// store's queries only want totals).
+    pub fn without_timeline() -> Replay {
+        Replay {
+            no_timeline: true,
+            ..Replay::default()
+        }
+    }
+
+    /// Whether the chunks applied next count their sample values (by default they do). With
+    /// `false` they still define what later chunks refer to (new samples get zero values).
+    pub fn counting(&mut self, count: bool) {
+        self.muted = !count;
     }
 
     /// Counts a chunk skipped because its checksum failed.
@@ -178,13 +198,16 @@ impl Replay {
                         values.len()
                     ));
                 }
+                let values = if self.muted { vec![0; n] } else { values };
                 p.samples.push(Sample {
                     thread,
                     stack,
                     state,
                     values: values.clone(),
                 });
-                self.gained.push((next as u32, values));
+                if !self.muted {
+                    self.gained.push((next as u32, values));
+                }
             }
             Record::Add { sample, values } => {
                 let Some(s) = p.samples.get_mut(sample as usize) else {
@@ -200,6 +223,9 @@ impl Replay {
                         s.values.len()
                     ));
                 }
+                if self.muted {
+                    return Ok(());
+                }
                 for (acc, v) in s.values.iter_mut().zip(&values) {
                     *acc = acc.saturating_add(*v);
                 }
@@ -211,6 +237,9 @@ impl Replay {
                 weight,
                 trace,
             } => {
+                if self.muted || self.no_timeline {
+                    return Ok(());
+                }
                 if sample as usize >= p.samples.len() {
                     return Err(format!(
                         "timeline entry {} refers to sample {sample} but there are {} samples",
@@ -225,6 +254,7 @@ impl Replay {
                     trace,
                 });
             }
+            Record::Trace(_) if self.muted => {}
             Record::Trace(chunk) => {
                 let (t, by_id) = self.trace.get_or_insert_with(Default::default);
                 tracelog::merge(t, chunk, by_id);

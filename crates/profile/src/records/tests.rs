@@ -271,3 +271,74 @@ fn record_refs_encode_as_records() {
         assert_eq!(postcard::from_bytes::<Record>(&bytes).unwrap(), want);
     }
 }
+
+/// The framed chunks of `bytes`, each as its own slice.
+fn split(bytes: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Framed::Chunk(_, n) = next_chunk(&bytes[at..]) {
+        out.push(&bytes[at..at + n]);
+        at += n;
+    }
+    assert_eq!(at, bytes.len());
+    out
+}
+
+/// `p` without its timeline.
+fn untimed(mut p: Profile) -> Profile {
+    p.timeline.clear();
+    p
+}
+
+#[test]
+fn merged_runs_replay_to_the_same_totals() {
+    let (p, bytes) = grown(40);
+    let chunks = split(&bytes);
+    // Merge runs of several lengths, the rest as they are.
+    for run in [2usize, 7, 40] {
+        let mut merged = Vec::new();
+        for group in chunks.chunks(run) {
+            merged.extend(merge::merge(group).unwrap());
+        }
+        let mut r = Replay::without_timeline();
+        apply_all(&mut r, &merged).unwrap();
+        assert!(r.ended());
+        assert_eq!(r.finish().unwrap().0, untimed(p.clone()), "runs of {run}");
+    }
+    // A gap inside a run is refused.
+    let err = merge::merge(&[chunks[0], chunks[2]]).unwrap_err();
+    assert!(err.contains("does not continue"), "{err}");
+}
+
+#[test]
+fn thinned_chunks_keep_every_id_for_the_chunks_after_them() {
+    let (p, bytes) = grown(20);
+    let chunks = split(&bytes);
+    let thinned = merge::thin(&chunks[..10]).unwrap();
+    let mut r = Replay::without_timeline();
+    apply_all(&mut r, &thinned).unwrap();
+    let before = r.profile().clone();
+    assert!(
+        before
+            .samples
+            .iter()
+            .all(|s| s.values.iter().all(|v| *v == 0))
+    );
+    for c in &chunks[10..] {
+        apply_all(&mut r, c).unwrap();
+    }
+    let got = r.finish().unwrap().0;
+    // Same frames, stacks, threads; values are what the last ten chunks added.
+    assert_eq!(got.frames, p.frames);
+    assert_eq!(got.threads, p.threads);
+    assert_eq!(got.stacks.len(), p.stacks.len());
+    let mut expect = Replay::without_timeline();
+    for (i, c) in chunks.iter().enumerate() {
+        expect.counting(i >= 10);
+        apply_all(&mut expect, c).unwrap();
+    }
+    assert_eq!(got, expect.finish().unwrap().0);
+    let (records, first) = merge::weight(&merge::decode_framed(&bytes).unwrap());
+    assert_eq!(first, p.total(0));
+    assert!(records >= p.samples.len() as u64);
+}

@@ -145,30 +145,37 @@ impl RecordWriter {
             };
             return Ok(());
         }
-        let mut plain = postcard::to_allocvec(&self.head).map_err(io::Error::other)?;
-        plain.append(&mut self.body);
-        let payload = if plain.len() > 256 {
-            let mut payload = vec![DEFLATE];
-            let mut z = flate2::write::DeflateEncoder::new(&mut payload, Compression::new(2));
-            z.write_all(&plain)?;
-            z.finish()?;
-            payload
-        } else {
-            let mut payload = Vec::with_capacity(plain.len() + 1);
-            payload.push(RAW);
-            payload.extend_from_slice(&plain);
-            payload
-        };
-        if payload.len() > MAX_CHUNK as usize {
-            return Err(io::Error::other("a record chunk over 64 MiB"));
-        }
-        frame_chunk(&payload, &mut self.out);
+        seal(&self.head, &mut self.body, &mut self.out)?;
         self.head = ChunkHead {
             seq: self.head.seq + 1,
             ..self.written
         };
         Ok(())
     }
+}
+
+/// Frames a chunk of `head` and the encoded records in `body` (emptied) onto `out`: deflated
+/// when that is worth it.
+pub(crate) fn seal(head: &ChunkHead, body: &mut Vec<u8>, out: &mut Vec<u8>) -> io::Result<()> {
+    let mut plain = postcard::to_allocvec(head).map_err(io::Error::other)?;
+    plain.append(body);
+    let payload = if plain.len() > 256 {
+        let mut payload = vec![DEFLATE];
+        let mut z = flate2::write::DeflateEncoder::new(&mut payload, Compression::new(2));
+        z.write_all(&plain)?;
+        z.finish()?;
+        payload
+    } else {
+        let mut payload = Vec::with_capacity(plain.len() + 1);
+        payload.push(RAW);
+        payload.extend_from_slice(&plain);
+        payload
+    };
+    if payload.len() > MAX_CHUNK as usize {
+        return Err(io::Error::other("a record chunk over 64 MiB"));
+    }
+    frame_chunk(&payload, out);
+    Ok(())
 }
 
 /// Every sample's values, as if all were gained now: what a writer that starts on a finished
