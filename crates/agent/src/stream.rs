@@ -6,33 +6,36 @@
 //!   backoff and the single stderr line about an unreachable collector happen on its own thread.
 //! - `samples(&Profile, gained)` is called about once a second with the session's profile so far
 //!   and what each changed sample gained since the last call (kept by the sink as it adds, so
-//!   nothing re-scans the profile); frames, stacks, threads and samples only grow (stable
-//!   indices) and values only increase, so the stream
-//!   sends what changed since its previous call.
+//!   nothing re-scans the profile).
 //! - `threads` is called every `refresh` with a snapshot of all threads (xdProf's data).
 //! - `finish` sends what is left, waiting a bounded time, and closes.
 //! - Memory is bounded: when the collector is away, the oldest queued data is dropped and counted.
 //!
-//! How: the caller (the session's writer thread) turns each call into an item on a bounded queue
-//! and appends new frames, stacks and threads to append-only [`Tables`], all under one short lock
-//! that is never held across I/O. One plain thread ("jvmprof stream") connects, encodes (the
-//! tables are per connection, so a reconnect re-sends them first) and writes. The tables grow
-//! like the session's own profile; the queue holds at most [`MAX_QUEUED_BYTES`] (estimated),
-//! dropping the oldest items and counting them; the counts go to the collector on reconnect.
+//! What goes out is the record stream (protocol version 4): a [`RecordWriter`] turns each call's
+//! growth into the same chunks the native file holds, numbered from 1 for the life of the agent.
+//! A chunk waits for the collector's acknowledgement and goes out again after a reconnect if it
+//! never came. When the queue is over [`MAX_QUEUED_BYTES`], the oldest chunks are first
+//! thinned ([`records::merge::thin`]: their samples are dropped and counted, their frames,
+//! stacks and threads kept, so every later chunk still resolves), then snapshots are dropped,
+//! and only then whole chunks.
+//!
+//! How: the caller (the session's writer thread) encodes under no lock and puts each chunk or
+//! snapshot on a bounded queue under one short lock that is never held across I/O. One plain
+//! thread ("jvmprof stream") connects and writes.
 
 use crate::sync::lock;
-use jvmprof_profile::{Frame, Profile, Stacks};
-use jvmprof_proto::{
-    Encoder, Hello, Message, Reply, SampleBatch, SampleDelta, Snapshot, Tables, ThreadDump, VERSION,
-};
-use std::collections::{HashMap, VecDeque};
+use jvmprof_profile::records::{self, Framed, RecordWriter};
+use jvmprof_profile::{Frame, Profile};
+use jvmprof_proto::wire::put_frame;
+use jvmprof_proto::{Hello, MAGIC, Message, Reply, Snapshot, VERSION};
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Most data (estimated bytes) waiting for the collector; older items are dropped beyond it.
+/// Most data (bytes) waiting for the collector; older items are thinned, then dropped beyond it.
 pub const MAX_QUEUED_BYTES: usize = 8 << 20;
 /// First and longest wait between connection attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -60,9 +63,22 @@ pub struct StreamOptions {
     pub refresh: Duration,
 }
 
+/// Framed record chunks and their number.
+#[derive(Debug)]
+struct Chunk {
+    seq: u64,
+    time_unix_ms: u64,
+    bytes: Vec<u8>,
+    /// Sample records it holds and the sum of their first values (0 once thinned).
+    records: u64,
+    samples: u64,
+    /// Its samples were dropped (definitions only).
+    thin: bool,
+}
+
 enum Item {
-    Samples(SampleBatch),
-    Snapshot(Snapshot<u32>),
+    Records(Chunk),
+    Snapshot(Snapshot),
     /// Trace mode: one encoded chunk of method traces and its number.
     Trace(u64, Vec<u8>),
 }
@@ -71,68 +87,51 @@ impl Item {
     /// A rough size in memory, for the queue bound.
     fn cost(&self) -> usize {
         match self {
-            Item::Samples(b) => batch_cost(b),
+            Item::Records(c) => 64 + c.bytes.len(),
             Item::Trace(_, c) => 32 + c.len(),
             Item::Snapshot(s) => {
                 64 + s
                     .threads
                     .iter()
-                    .map(|t| 96 + t.name.len() + t.group.len() + 4 * t.frames.len())
+                    .map(|t| {
+                        96 + t.name.len()
+                            + t.group.len()
+                            + t.frames
+                                .iter()
+                                .map(|f| 40 + f.class.len() + f.method.len() + f.descriptor.len())
+                                .sum::<usize>()
+                    })
                     .sum::<usize>()
             }
         }
     }
 }
 
-fn batch_cost(b: &SampleBatch) -> usize {
-    64 + b
-        .samples
-        .iter()
-        .map(|s| 40 + 8 * s.values.len())
-        .sum::<usize>()
-}
-
 /// What was dropped since the agent started (reported to the collector as totals).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Dropped {
     pub snapshots: u64,
+    /// Record chunks whose samples were dropped (thinned, or dropped whole).
     pub sample_batches: u64,
     pub samples: u64,
     /// Trace chunks lost while the collector was away (their calls are missing there, not in
     /// the file).
     pub trace_chunks: u64,
-}
-
-impl Dropped {
-    fn count(&mut self, item: &Item) {
-        match item {
-            Item::Samples(b) => self.count_batch(b),
-            Item::Snapshot(_) => self.snapshots += 1,
-            Item::Trace(..) => self.trace_chunks += 1,
-        }
-    }
-
-    fn count_batch(&mut self, b: &SampleBatch) {
-        self.sample_batches += 1;
-        self.samples += b
-            .samples
-            .iter()
-            .map(|s| s.values.first().copied().unwrap_or(0))
-            .sum::<u64>();
-    }
+    /// Record chunks dropped whole, definitions included (the collector shows `[lost]` frames
+    /// where they were referred to).
+    pub chunks: u64,
 }
 
 /// The hand-off between the caller and the I/O thread.
 #[derive(Default)]
 struct Outbox {
-    tables: Tables,
     queue: VecDeque<Item>,
-    /// Sample batches written but not yet acknowledged as stored, oldest first: re-sent after a
+    /// Record chunks written but not yet acknowledged as stored, oldest first: re-sent after a
     /// reconnect (the collector ignores the ones it has).
-    unacked: VecDeque<SampleBatch>,
+    unacked: VecDeque<Chunk>,
     /// Estimated bytes of `queue` and `unacked` together.
     queued_bytes: usize,
-    /// The seq of the newest sample batch.
+    /// The seq of the newest record chunk.
     last_seq: u64,
     /// The last trace chunk's number.
     trace_seq: u64,
@@ -141,7 +140,7 @@ struct Outbox {
     closing: bool,
     /// The I/O thread has ended.
     done: bool,
-    /// Items and bytes written to a connection that accepted them (for tests and status).
+    /// Items written to a connection that accepted them (for tests and status).
     sent_items: u64,
 }
 
@@ -150,25 +149,74 @@ impl Outbox {
         self.queued_bytes += item.cost();
         self.queue.push_back(item);
         while self.queued_bytes > MAX_QUEUED_BYTES {
-            if let Some(old) = self.unacked.pop_front() {
-                self.queued_bytes -= batch_cost(&old);
-                self.dropped.count_batch(&old);
-            } else if self.queue.len() > 1
-                && let Some(old) = self.queue.pop_front()
-            {
-                self.queued_bytes -= old.cost();
-                self.dropped.count(&old);
-            } else {
+            if !self.thin_oldest() && !self.drop_oldest() {
                 break;
             }
         }
     }
 
-    /// The collector has stored every batch up to `seq`.
+    /// Thins the oldest chunk that still has samples; false if none has.
+    fn thin_oldest(&mut self) -> bool {
+        let queued = self.queue.iter_mut().filter_map(|i| match i {
+            Item::Records(c) => Some(c),
+            _ => None,
+        });
+        let Some(c) = self.unacked.iter_mut().chain(queued).find(|c| !c.thin) else {
+            return false;
+        };
+        c.thin = true;
+        self.dropped.sample_batches += 1;
+        self.dropped.samples += c.samples;
+        if let Ok(thin) = records::merge::thin(&[&c.bytes]) {
+            self.queued_bytes = self.queued_bytes + thin.len() - c.bytes.len();
+            c.bytes = thin;
+        }
+        c.records = 0;
+        c.samples = 0;
+        true
+    }
+
+    /// Drops the oldest snapshot or trace chunk (never the newest item), else the oldest record
+    /// chunk; false if nothing can go.
+    fn drop_oldest(&mut self) -> bool {
+        let other = self
+            .queue
+            .iter()
+            .position(|i| !matches!(i, Item::Records(_)));
+        if self.queue.len() > 1
+            && let Some(i) = other
+            && let Some(old) = self.queue.remove(i)
+        {
+            self.queued_bytes -= old.cost();
+            match old {
+                Item::Snapshot(_) => self.dropped.snapshots += 1,
+                Item::Trace(..) => self.dropped.trace_chunks += 1,
+                Item::Records(_) => {}
+            }
+            return true;
+        }
+        let old = match self.unacked.pop_front() {
+            Some(c) => c,
+            None if self.queue.len() > 1 => match self.queue.pop_front() {
+                Some(Item::Records(c)) => c,
+                Some(other) => {
+                    self.queue.push_front(other);
+                    return false;
+                }
+                None => return false,
+            },
+            None => return false,
+        };
+        self.queued_bytes -= 64 + old.bytes.len();
+        self.dropped.chunks += 1;
+        true
+    }
+
+    /// The collector has stored every chunk up to `seq`.
     fn ack(&mut self, seq: u64) {
-        while self.unacked.front().is_some_and(|b| b.seq <= seq) {
-            if let Some(b) = self.unacked.pop_front() {
-                self.queued_bytes -= batch_cost(&b);
+        while self.unacked.front().is_some_and(|c| c.seq <= seq) {
+            if let Some(c) = self.unacked.pop_front() {
+                self.queued_bytes -= 64 + c.bytes.len();
             }
         }
     }
@@ -176,8 +224,8 @@ impl Outbox {
     /// A new connection: what the collector does not have goes out again first.
     fn resend_unacked(&mut self, last_seq: u64) {
         self.ack(last_seq);
-        while let Some(b) = self.unacked.pop_back() {
-            self.queue.push_front(Item::Samples(b));
+        while let Some(c) = self.unacked.pop_back() {
+            self.queue.push_front(Item::Records(c));
         }
     }
 }
@@ -197,16 +245,8 @@ impl Shared {
 
 pub struct Stream {
     shared: Arc<Shared>,
-    /// Stream frame id of every frame seen (profile frames and snapshot frames share ids).
-    frame_ids: HashMap<Frame, u32>,
-    /// Profile frame index → stream frame id.
-    profile_frames: Vec<u32>,
-    /// Stream stack id of each profile stack ([`Stacks::NONE`] until a sample sends it).
-    stack_ids: Vec<u32>,
-    /// Stacks in the tables.
-    sent_stacks: u32,
-    /// Profile threads already in the tables (their stream ids are the profile's).
-    threads: usize,
+    /// The record stream this link carries (the same records as the native file).
+    writer: RecordWriter,
 }
 
 fn now_ms() -> u64 {
@@ -268,11 +308,7 @@ impl Stream {
         }
         Stream {
             shared,
-            frame_ids: HashMap::new(),
-            profile_frames: Vec::new(),
-            stack_ids: Vec::new(),
-            sent_stacks: 0,
-            threads: 0,
+            writer: RecordWriter::new(),
         }
     }
 
@@ -281,102 +317,53 @@ impl Stream {
         Some(self.shared.io_tid.load(Ordering::Relaxed)).filter(|t| *t != 0)
     }
 
-    /// The stream id of `frame`, adding it to `new` when it is new.
-    fn frame_id(&mut self, frame: &Frame, new: &mut Vec<Frame>) -> u32 {
-        if let Some(id) = self.frame_ids.get(frame) {
-            return *id;
-        }
-        let id = self.frame_ids.len() as u32;
-        self.frame_ids.insert(frame.clone(), id);
-        new.push(frame.clone());
-        id
+    /// Queues what the profile gained since the previous call (`gained`: what each changed
+    /// sample, by index, gained) as record chunks.
+    pub fn samples(&mut self, profile: &Profile, gained: Vec<(u32, Vec<u64>)>) {
+        self.records(profile, &gained, false);
     }
 
-    /// Queues what the profile gained since the previous call: its new frames and threads
-    /// (appended at the end), and `gained`, what each changed sample (by index) gained.
-    pub fn samples(&mut self, profile: &Profile, gained: Vec<(u32, Vec<u64>)>) {
-        let mut new_frames = Vec::new();
-        for f in &profile.frames[self.profile_frames.len()..] {
-            let id = self.frame_id(f, &mut new_frames);
-            self.profile_frames.push(id);
-        }
-        // Only stacks that samples use go on the wire (the profile also holds their prefixes),
-        // each as its list of stream frame ids.
-        let mut new_stacks: Vec<Vec<u32>> = Vec::new();
-        self.stack_ids.resize(profile.stacks.len(), Stacks::NONE);
-        let new_threads = profile.threads[self.threads..].to_vec();
-        self.threads = profile.threads.len();
-        let mut deltas = Vec::new();
-        for (i, values) in gained {
-            let Some(s) = profile.samples.get(i as usize) else {
-                continue;
-            };
-            if values.iter().all(|v| *v == 0) {
-                continue;
+    fn records(&mut self, profile: &Profile, gained: &[(u32, Vec<u64>)], end: bool) {
+        let bytes = match self.writer.update(profile, gained, &[], end) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("jvmprof: cannot encode records for the collector: {e}");
+                return;
             }
-            let mut stack = self.stack_ids[s.stack as usize];
-            if stack == Stacks::NONE {
-                stack = self.sent_stacks;
-                self.sent_stacks += 1;
-                self.stack_ids[s.stack as usize] = stack;
-                let frames = profile.stacks.frames(s.stack);
-                new_stacks.push(
-                    frames
-                        .iter()
-                        .map(|f| self.profile_frames[*f as usize])
-                        .collect(),
-                );
-            }
-            deltas.push(SampleDelta {
-                thread: s.thread,
-                stack,
-                state: s.state,
-                values,
-            });
+        };
+        let time_unix_ms = now_ms();
+        let mut chunks = Vec::new();
+        let mut rest = bytes.as_slice();
+        while let Framed::Chunk(_, n) = records::next_chunk(rest) {
+            let framed = &rest[..n];
+            let (records, samples) = records::merge::decode_framed(framed)
+                .map(|d| records::merge::weight(&d))
+                .unwrap_or((0, 0));
+            chunks.push((framed.to_vec(), records, samples));
+            rest = &rest[n..];
         }
         let mut o = self.shared.lock();
-        if o.tables.metrics.is_empty() {
-            o.tables.metrics = profile.meta.metrics.clone();
-            o.tables.modes = profile.meta.modes.clone();
-            o.tables.interval_ns = profile.meta.interval_ns;
-        }
-        o.tables.frames.extend(new_frames);
-        o.tables.stacks.extend(new_stacks);
-        o.tables.threads.extend(new_threads);
-        if !deltas.is_empty() && !o.done {
+        for (bytes, records, samples) in chunks {
             o.last_seq += 1;
             let seq = o.last_seq;
-            o.push(Item::Samples(SampleBatch {
-                seq,
-                time_unix_ms: now_ms(),
-                samples: deltas,
-            }));
+            if !o.done {
+                o.push(Item::Records(Chunk {
+                    seq,
+                    time_unix_ms,
+                    bytes,
+                    records,
+                    samples,
+                    thin: false,
+                }));
+            }
         }
         drop(o);
         self.shared.wake.notify_all();
     }
 
     /// Queues a snapshot of all threads.
-    pub fn threads(&mut self, time_unix_ms: u64, snapshot: Vec<ThreadSnapshot>) {
-        let mut new_frames = Vec::new();
-        let threads = snapshot
-            .into_iter()
-            .map(|t| ThreadDump {
-                id: t.id,
-                name: t.name,
-                group: t.group,
-                daemon: t.daemon,
-                state: t.state,
-                order: t.order,
-                frames: t
-                    .frames
-                    .iter()
-                    .map(|f| self.frame_id(f, &mut new_frames))
-                    .collect(),
-            })
-            .collect();
+    pub fn threads(&mut self, time_unix_ms: u64, threads: Vec<ThreadSnapshot>) {
         let mut o = self.shared.lock();
-        o.tables.frames.extend(new_frames);
         if !o.done {
             o.push(Item::Snapshot(Snapshot {
                 time_unix_ms,
@@ -399,9 +386,10 @@ impl Stream {
         self.shared.wake.notify_all();
     }
 
-    /// Queues the last delta, then waits (at most [`FINISH_WAIT`]) for everything to be sent.
+    /// Queues the last records and the end of the stream, then waits (at most [`FINISH_WAIT`])
+    /// for everything to be sent.
     pub fn finish(mut self, profile: &Profile, gained: Vec<(u32, Vec<u64>)>) {
-        self.samples(profile, gained);
+        self.records(profile, &gained, true);
         let deadline = Instant::now() + FINISH_WAIT;
         let mut o = self.shared.lock();
         o.closing = true;
@@ -411,7 +399,7 @@ impl Stream {
             if left.is_zero() {
                 eprintln!(
                     "jvmprof: the collector did not take the last {} queued items within {} s",
-                    o.queue.len(),
+                    o.queue.len() + o.unacked.len(),
                     FINISH_WAIT.as_secs()
                 );
                 break;
@@ -576,10 +564,11 @@ impl Connection {
 
     /// One connection: handshake, then send until finished or failed.
     fn session(&mut self, mut sock: TcpStream) -> Outcome {
-        let mut enc = Encoder::new();
-        let mut out = Vec::new();
-        enc.hello(&self.hello, &mut out);
-        enc.labels(&self.labels, &mut out);
+        let mut out = MAGIC.to_vec();
+        put_frame(&Message::Hello(self.hello.clone()), &mut out);
+        if !self.labels.is_empty() {
+            put_frame(&Message::Labels(self.labels.clone()), &mut out);
+        }
         if let Err(e) = sock.write_all(&out) {
             return Outcome::Lost(e.to_string());
         }
@@ -613,17 +602,25 @@ impl Connection {
                         .0;
                 }
                 while items.len() < 64
+                    && out.len() < (4 << 20)
                     && let Some(item) = o.queue.pop_front()
                 {
                     match &item {
-                        Item::Samples(b) => enc.samples(&o.tables, b, &mut out),
+                        Item::Records(c) => put_frame(
+                            &Message::Records {
+                                seq: c.seq,
+                                time_unix_ms: c.time_unix_ms,
+                                chunk: c.bytes.clone(),
+                            },
+                            &mut out,
+                        ),
                         Item::Snapshot(s) => {
                             o.queued_bytes -= item.cost();
-                            enc.snapshot(&o.tables, s, &mut out)
+                            put_frame(&Message::ThreadStacks(s.clone()), &mut out)
                         }
                         Item::Trace(seq, chunk) => {
                             o.queued_bytes -= item.cost();
-                            enc.message(
+                            put_frame(
                                 &Message::Trace {
                                     seq: *seq,
                                     chunk: chunk.clone(),
@@ -636,7 +633,7 @@ impl Connection {
                 }
                 if o.dropped != dropped_sent {
                     dropped_sent = o.dropped;
-                    enc.message(
+                    put_frame(
                         &Message::Dropped {
                             snapshots: dropped_sent.snapshots,
                             sample_batches: dropped_sent.sample_batches,
@@ -647,7 +644,7 @@ impl Connection {
                 }
                 finished = o.closing && o.queue.is_empty();
                 if finished {
-                    enc.message(&Message::Bye, &mut out);
+                    put_frame(&Message::Bye, &mut out);
                 }
             }
             if out.is_empty() {
@@ -655,12 +652,12 @@ impl Connection {
             }
             let written = sock.write_all(&out);
             {
-                // Written batches wait for their Ack (and go out again after a reconnect if it
+                // Written chunks wait for their Ack (and go out again after a reconnect if it
                 // never comes; the collector drops duplicates by seq). Snapshots are not kept.
                 let mut o = self.shared.lock();
                 for item in items {
                     match item {
-                        Item::Samples(b) => o.unacked.push_back(b),
+                        Item::Records(c) => o.unacked.push_back(c),
                         Item::Snapshot(_) if written.is_err() => o.dropped.snapshots += 1,
                         Item::Snapshot(_) => o.sent_items += 1,
                         Item::Trace(..) if written.is_err() => o.dropped.trace_chunks += 1,
@@ -872,19 +869,21 @@ mod tests {
         let profile = b.finish();
         s.finish(&profile, Vec::new());
         let events = collector.join().unwrap();
-        let batches: Vec<String> = events
-            .iter()
-            .filter_map(|e| match e {
-                Event::Samples { profile, .. } => Some(
-                    jvmprof_profile::collapsed::to_string(profile, &Default::default()).unwrap(),
-                ),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(
-            batches,
-            vec!["A.main;A.work 2\n", "A.main 1\nA.main;A.work 3\n"]
-        );
+        // Record chunks numbered from 1, replaying to the profile; the last one ends the stream.
+        let mut replay = records::Replay::new();
+        let mut seqs = Vec::new();
+        let mut totals = Vec::new();
+        for e in &events {
+            if let Event::Records { seq, chunk, .. } = e {
+                seqs.push(*seq);
+                records::replay::apply_all(&mut replay, chunk).unwrap();
+                totals.push(replay.profile().total(0));
+            }
+        }
+        assert_eq!(seqs, vec![1, 2, 3]);
+        assert_eq!(totals, vec![2, 6, 6]);
+        assert!(replay.ended());
+        assert_eq!(replay.finish().unwrap().0, profile);
         let snap = events
             .iter()
             .find_map(|e| match e {
@@ -897,31 +896,29 @@ mod tests {
         assert_eq!(events.last(), Some(&Event::Bye));
     }
 
-    fn batch(seq: u64) -> SampleBatch {
-        SampleBatch {
+    fn chunk(seq: u64, bytes: usize) -> Chunk {
+        Chunk {
             seq,
             time_unix_ms: seq,
-            samples: vec![SampleDelta {
-                thread: 0,
-                stack: 0,
-                state: ThreadState::Running,
-                values: vec![seq, 10 * seq],
-            }],
+            bytes: vec![0; bytes],
+            records: 1,
+            samples: seq,
+            thin: false,
         }
     }
 
     #[test]
-    fn unacknowledged_batches_go_out_again_after_a_reconnect() {
+    fn unacknowledged_chunks_go_out_again_after_a_reconnect() {
         let mut o = Outbox::default();
         for seq in 1..=4 {
-            o.push(Item::Samples(batch(seq)));
+            o.push(Item::Records(chunk(seq, 100)));
         }
-        // Batches 1..3 were written on a connection that then broke; 2 was acknowledged.
+        // Chunks 1..3 were written on a connection that then broke; 2 was acknowledged.
         for _ in 0..3 {
-            let Some(Item::Samples(b)) = o.queue.pop_front() else {
+            let Some(Item::Records(c)) = o.queue.pop_front() else {
                 panic!()
             };
-            o.unacked.push_back(b);
+            o.unacked.push_back(c);
         }
         o.ack(2);
         // The new collector says it has everything up to 2 as well: 3 and 4 go out, in order.
@@ -930,17 +927,83 @@ mod tests {
             .queue
             .iter()
             .map(|i| match i {
-                Item::Samples(b) => b.seq,
+                Item::Records(c) => c.seq,
                 Item::Snapshot(_) | Item::Trace(..) => 0,
             })
             .collect();
         assert_eq!(seqs, vec![3, 4]);
         assert!(o.unacked.is_empty());
-        assert_eq!(
-            o.queued_bytes,
-            batch_cost(&batch(3)) + batch_cost(&batch(4))
-        );
+        assert_eq!(o.queued_bytes, 2 * (64 + 100));
         assert_eq!(o.dropped, Dropped::default());
+    }
+
+    #[test]
+    fn a_full_queue_thins_the_oldest_chunks_before_it_drops_anything() {
+        // Real chunks: a profile grown in steps, each step's chunk queued.
+        let mut b = builder();
+        let t = b.thread(Thread {
+            tid: 1,
+            name: "main".into(),
+        });
+        let mut w = RecordWriter::new();
+        let mut o = Outbox::default();
+        // 20,000 samples on as many stacks, made in the first chunk; every later chunk adds
+        // to all of them (as a long session's chunks do), with values that do not compress.
+        let root = b.frame(Frame::java("A", "run", "()V", 1));
+        let samples: Vec<u32> = (0..20_000)
+            .map(|i| {
+                let f = b.frame(Frame::java("A", &format!("m{i}"), "()V", i));
+                let st = b.stack(&[root, f]);
+                b.add(t, st, ThreadState::Running, &[0, 0]) as u32
+            })
+            .collect();
+        let mut seq = 0;
+        let mut pushed_samples = 0;
+        let mut x = 1u64;
+        while o.dropped.sample_batches < 5 {
+            seq += 1;
+            let mut gained = Vec::new();
+            let mut sum = 0;
+            for &i in &samples {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let v = [1 + (x >> 60), x >> 20];
+                b.add(
+                    t,
+                    b.profile().samples[i as usize].stack,
+                    ThreadState::Running,
+                    &v,
+                );
+                sum += v[0];
+                gained.push((i, v.to_vec()));
+            }
+            let bytes = w.update(b.profile(), &gained, &[], false).unwrap();
+            pushed_samples += sum;
+            o.push(Item::Records(Chunk {
+                seq,
+                time_unix_ms: seq,
+                bytes,
+                records: samples.len() as u64,
+                samples: sum,
+                thin: false,
+            }));
+            assert!(o.queued_bytes <= MAX_QUEUED_BYTES);
+        }
+        // Nothing was dropped whole: every chunk is still there, the oldest thinned, and they
+        // replay to every frame and stack, with the samples that were not dropped.
+        assert_eq!(o.dropped.chunks, 0);
+        let mut replay = records::Replay::new();
+        for item in &o.queue {
+            let Item::Records(c) = item else { panic!() };
+            records::replay::apply_all(&mut replay, &c.bytes).unwrap();
+        }
+        let p = replay.finish().unwrap().0;
+        assert_eq!(p.frames, b.profile().frames);
+        assert_eq!(p.stacks.len(), b.profile().stacks.len());
+        assert_eq!(p.total(0) + o.dropped.samples, pushed_samples);
+        assert_eq!(p.total(0), b.profile().total(0) - o.dropped.samples);
+        assert!(o.dropped.samples > 0);
     }
 
     #[test]
@@ -965,18 +1028,7 @@ mod tests {
             .collect();
         let per = Item::Snapshot(Snapshot {
             time_unix_ms: 0,
-            threads: big
-                .iter()
-                .map(|t| ThreadDump {
-                    id: t.id,
-                    name: t.name.clone(),
-                    group: t.group.clone(),
-                    daemon: false,
-                    state: t.state,
-                    order: t.order,
-                    frames: vec![0; 20],
-                })
-                .collect(),
+            threads: big.clone(),
         })
         .cost();
         let n = 2 * MAX_QUEUED_BYTES / per + 10;

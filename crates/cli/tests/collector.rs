@@ -804,7 +804,7 @@ fn mode(path: &Path) -> u32 {
 /// A Hello as an agent of pid `pid` sends it, with the magic before it.
 fn hello(pid: u32, token: Option<&str>) -> Vec<u8> {
     let mut out = Vec::new();
-    jvmprof_proto::Encoder::new().hello(
+    jvmprof_proto::legacy::Encoder::new().hello(
         &jvmprof_proto::Hello {
             version: jvmprof_proto::VERSION,
             token: token.map(str::to_string),

@@ -1,13 +1,16 @@
 //! Fills a collector store with history for bench/collector's query timings: VMS VMs labelled
-//! `service:bench`, each with one sample batch a second (BATCH samples over a pool of 400 stacks
-//! 20 frames deep, 30 threads) for the HOURS before now, written through the store's own API
-//! (the path agent batches take), then maintained once as the collector would (redb rolls old
-//! batches into minutes). Prints one JSON line: samples written, seconds, samples per second.
+//! `service:bench`, each with one record chunk a second (BATCH samples over a pool of 400 stacks
+//! 20 frames deep, 30 threads, made by an agent's `RecordWriter` from a growing profile) for the
+//! HOURS before now, written through the store's own API (the path agents' chunks take), then
+//! maintained once as the collector would (redb rolls old chunks into minutes). Prints one JSON
+//! line: samples written, the chunk bytes (what came on the wire, less a few bytes of framing per
+//! chunk), seconds, samples per second.
 //!
 //! Usage: fillday STORE VMS HOURS [BATCH=50]   (STORE: a directory, or clickhouse://HOST:PORT/DB)
 
 use jvmprof_collector::clickhouse::Location;
 use jvmprof_collector::store::{Retention, Store, VmRecord};
+use jvmprof_profile::records::RecordWriter;
 use jvmprof_profile::{Frame, Meta, Metric, ProfileBuilder, Thread, ThreadState};
 use std::collections::HashSet;
 use std::time::Instant;
@@ -62,40 +65,44 @@ fn main() -> anyhow::Result<()> {
                 .collect()
         })
         .collect();
-    // The batch of second `s` depends on `s % 400` only: build those 400 once.
-    let batches: Vec<jvmprof_profile::Profile> = (0..400u32)
-        .map(|phase| {
-            let mut b = ProfileBuilder::new(Meta {
-                modes: vec!["cpu".into()],
-                metrics: vec![Metric::Samples, Metric::Ns],
-                interval_ns: 10_000_000,
-                ..Meta::default()
-            });
-            for k in 0..batch {
-                let s = (phase * 7 + k * 13) % 400;
-                let frames: Vec<u32> = stacks[s as usize]
-                    .iter()
-                    .map(|f| b.frame(f.clone()))
-                    .collect();
-                let stack = b.stack(&frames);
-                let t = b.thread(Thread {
-                    tid: (k % 30) as u64 + 1,
-                    name: format!("worker-{}", k % 30),
-                });
-                b.add(t, stack, ThreadState::Running, &[1, 10_000_000]);
-            }
-            b.finish()
-        })
-        .collect();
+    // Every VM runs the same application: one profile, one stream, its chunks stored for each.
+    let mut b = ProfileBuilder::new(Meta {
+        modes: vec!["cpu".into()],
+        metrics: vec![Metric::Samples, Metric::Ns],
+        interval_ns: 10_000_000,
+        ..Meta::default()
+    });
+    let mut writer = RecordWriter::new();
     let began = Instant::now();
     let mut samples = 0u64;
+    let mut chunk_bytes = 0u64;
     let mut seq = 0u64;
     for second in 0..hours * 3600 {
+        let phase = (second % 400) as u32;
+        let mut gained = std::collections::BTreeMap::<u32, Vec<u64>>::new();
+        for k in 0..batch {
+            let s = (phase * 7 + k * 13) % 400;
+            let frames: Vec<u32> = stacks[s as usize]
+                .iter()
+                .map(|f| b.frame(f.clone()))
+                .collect();
+            let stack = b.stack(&frames);
+            let t = b.thread(Thread {
+                tid: (k % 30) as u64 + 1,
+                name: format!("worker-{}", k % 30),
+            });
+            let i = b.add(t, stack, ThreadState::Running, &[1, 10_000_000]) as u32;
+            let g = gained.entry(i).or_insert_with(|| vec![0, 0]);
+            g[0] += 1;
+            g[1] += 10_000_000;
+        }
+        let gained: Vec<(u32, Vec<u64>)> = gained.into_iter().collect();
+        let chunk: std::sync::Arc<[u8]> = writer.update(b.profile(), &gained, &[], false)?.into();
         seq += 1;
         for vm in &records {
-            let p = batches[(second % 400) as usize].clone();
-            samples += p.samples.len() as u64;
-            store.put_batch(vm.id, seq, start + second * 1000, p);
+            samples += u64::from(batch);
+            chunk_bytes += chunk.len() as u64;
+            store.put_chunk(vm.id, seq, start + second * 1000, chunk.clone());
         }
         // Keeps the store's queue (and this process) small.
         if second % 200 == 199 {
@@ -112,7 +119,7 @@ fn main() -> anyhow::Result<()> {
     }
     let maintained = began.elapsed().as_secs_f64() - seconds;
     println!(
-        "{{\"samples\": {samples}, \"seconds\": {seconds:.1}, \"samples_per_s\": {:.0}, \"maintain_s\": {maintained:.1}}}",
+        "{{\"samples\": {samples}, \"chunk_bytes\": {chunk_bytes}, \"seconds\": {seconds:.1}, \"samples_per_s\": {:.0}, \"maintain_s\": {maintained:.1}}}",
         samples as f64 / seconds
     );
     Ok(())

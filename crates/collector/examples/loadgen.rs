@@ -1,9 +1,10 @@
 //! Load generator for `jvmprof serve` (used by bench/collector): AGENTS simulated agents, each on
-//! its own connection and thread, speak the real protocol as fast as the collector takes it for
-//! SECONDS: a thread snapshot (THREADS threads, stacks DEPTH deep from a pool of frames) and a
-//! sample batch (BATCH stacks) in turn, like an agent with 1 s snapshots and 1 s batches.
+//! its own connection and thread, speak the real protocol (version 4) as fast as the collector
+//! takes it for SECONDS: a thread snapshot (THREADS threads, stacks DEPTH deep from a pool of
+//! frames) and a record chunk (BATCH sample records, made by the agent's own `RecordWriter` from
+//! a growing profile) in turn, like an agent with 1 s snapshots and 1 s chunks.
 //!
-//! Like the real agent (`crates/agent/src/stream.rs`), a connection keeps its sample batches until
+//! Like the real agent (`crates/agent/src/stream.rs`), a connection keeps its chunks until
 //! the collector acknowledges them as stored, and keeps at most WINDOW of them unacknowledged:
 //! with a full window it sends no batch, only waits for an Ack (writing one byte of its next
 //! message every `ACK_WAIT` meanwhile, since the collector answers when it reads). So the
@@ -17,10 +18,11 @@
 //!
 //! Usage: loadgen ADDR AGENTS SECONDS [THREADS=30] [DEPTH=24] [BATCH=50] [WINDOW=8]
 
-use jvmprof_profile::{Frame, Metric, Thread, ThreadState};
-use jvmprof_proto::{
-    Encoder, Hello, Reply, SampleBatch, SampleDelta, Snapshot, Tables, ThreadDump, VERSION,
-};
+use jvmprof_profile::records::RecordWriter;
+use jvmprof_profile::{Frame, Meta, Metric, ProfileBuilder, Thread, ThreadState};
+use jvmprof_proto::wire::put_frame;
+use jvmprof_proto::{Hello, MAGIC, Message, Reply, Snapshot, ThreadDump, VERSION};
+use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -66,13 +68,16 @@ impl Rng {
     }
 }
 
+/// A simulated application: its frames, its stacks (frame ids, root first) and threads.
+#[derive(Default)]
+struct Tables {
+    frames: Vec<Frame>,
+    stacks: Vec<Vec<u32>>,
+    threads: Vec<Thread>,
+}
+
 fn tables(threads: usize, depth: usize, stacks: usize) -> Tables {
-    let mut t = Tables {
-        modes: vec!["cpu".into()],
-        metrics: vec![Metric::Samples, Metric::Ns],
-        interval_ns: 10_000_000,
-        ..Tables::default()
-    };
+    let mut t = Tables::default();
     for i in 0..400 {
         t.frames.push(Frame::java(
             &format!("com.example.service.module{}.Component{}", i % 17, i % 41),
@@ -148,10 +153,24 @@ fn agent(addr: &str, n: usize, seconds: f64, shape: (usize, usize, usize), windo
     };
     let _ = sock.set_nodelay(true);
     let t = tables(threads, depth, 200);
-    let mut enc = Encoder::new();
-    let mut out = Vec::new();
-    enc.hello(
-        &Hello {
+    // The agent's side: a profile growing as samples come, and the writer of its records.
+    let mut b = ProfileBuilder::new(Meta {
+        modes: vec!["cpu".into()],
+        metrics: vec![Metric::Samples, Metric::Ns],
+        interval_ns: 10_000_000,
+        ..Meta::default()
+    });
+    let frame_ids: Vec<u32> = t.frames.iter().map(|f| b.frame(f.clone())).collect();
+    let stack_ids: Vec<u32> = t
+        .stacks
+        .iter()
+        .map(|s| b.stack(&s.iter().map(|f| frame_ids[*f as usize]).collect::<Vec<_>>()))
+        .collect();
+    let thread_ids: Vec<u32> = t.threads.iter().map(|th| b.thread(th.clone())).collect();
+    let mut writer = RecordWriter::new();
+    let mut out = MAGIC.to_vec();
+    put_frame(
+        &Message::Hello(Hello {
             version: VERSION,
             token: None,
             pid: 100_000 + n as u32,
@@ -161,7 +180,7 @@ fn agent(addr: &str, n: usize, seconds: f64, shape: (usize, usize, usize), windo
             host: "loadgen".into(),
             agent_version: "loadgen".into(),
             start_unix_ms: 1,
-        },
+        }),
         &mut out,
     );
     if sock.write_all(&out).is_err() {
@@ -223,29 +242,58 @@ fn agent(addr: &str, n: usize, seconds: f64, shape: (usize, usize, usize), windo
                     })
                     .collect(),
             };
-            enc.snapshot(&t, &snap, &mut next);
-            sent.snapshot_bytes = next.len() as u64;
-            let b = SampleBatch {
-                seq: seq + 1,
-                time_unix_ms: 1_001 + seq,
-                samples: (0..batch)
-                    .map(|_| {
-                        let k = 1 + rng.next(20) as u64;
-                        SampleDelta {
-                            thread: rng.next(threads) as u32,
-                            stack: rng.next(t.stacks.len()) as u32,
-                            state: ThreadState::Running,
-                            values: vec![k, k * 10_000_000],
-                        }
+            let snap = Snapshot {
+                time_unix_ms: snap.time_unix_ms,
+                threads: snap
+                    .threads
+                    .into_iter()
+                    .map(|th| ThreadDump {
+                        frames: th
+                            .frames
+                            .iter()
+                            .map(|f| t.frames[*f as usize].clone())
+                            .collect(),
+                        id: th.id,
+                        name: th.name,
+                        group: th.group,
+                        daemon: th.daemon,
+                        state: th.state,
+                        order: th.order,
                     })
                     .collect(),
             };
-            enc.samples(&t, &b, &mut next);
-            sent.batch_bytes = next.len() as u64 - sent.snapshot_bytes;
-            holds = (
-                b.samples.len() as u64,
-                b.samples.iter().map(|s| s.values[0]).sum::<u64>(),
+            put_frame(&Message::ThreadStacks(snap), &mut next);
+            sent.snapshot_bytes = next.len() as u64;
+            let mut gained: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+            let mut weight = 0;
+            for _ in 0..batch {
+                let k = 1 + rng.next(20) as u64;
+                let values = [k, k * 10_000_000];
+                let i = b.add(
+                    thread_ids[rng.next(threads)],
+                    stack_ids[rng.next(stack_ids.len())],
+                    ThreadState::Running,
+                    &values,
+                ) as u32;
+                let g = gained.entry(i).or_insert_with(|| vec![0, 0]);
+                g[0] += values[0];
+                g[1] += values[1];
+                weight += k;
+            }
+            let gained: Vec<(u32, Vec<u64>)> = gained.into_iter().collect();
+            let chunk = writer
+                .update(b.profile(), &gained, &[], false)
+                .expect("records encode");
+            put_frame(
+                &Message::Records {
+                    seq: seq + 1,
+                    time_unix_ms: 1_001 + seq,
+                    chunk,
+                },
+                &mut next,
             );
+            sent.batch_bytes = next.len() as u64 - sent.snapshot_bytes;
+            holds = (gained.len() as u64, weight);
         }
         if seq - acked >= window {
             // A full window: no batch goes out until an Ack comes. The collector acknowledges
@@ -275,7 +323,7 @@ fn agent(addr: &str, n: usize, seconds: f64, shape: (usize, usize, usize), windo
         sent.count(next.len(), holds);
     }
     out.clear();
-    enc.message(&jvmprof_proto::Message::Bye, &mut out);
+    put_frame(&Message::Bye, &mut out);
     let _ = sock.write_all(&out);
     let _ = sock.shutdown(std::net::Shutdown::Write);
     // The collector stores the rest, acknowledges it and closes.

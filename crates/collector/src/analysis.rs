@@ -1,25 +1,28 @@
-//! Analyses (xdProf's "analysis tools"): every connected VM's traces go to each analysis through
-//! the three calls of [`Analysis`]. Built in: the live view ([`LiveView`], latest snapshot of each
-//! VM and its recent thread states, served by the API), per-VM profiles over time ([`Profiles`], every sample batch stored),
-//! and call graphs ([`CallGraphs`], a Graphviz `.dot` per VM written when it disconnects).
+//! Analyses (xdProf's "analysis tools"): every connected VM's traces (its record chunks, as they
+//! came, and its thread snapshots) go to each analysis through the calls of [`Analysis`]. Built
+//! in: the live view ([`LiveView`], latest snapshot of each VM and its recent thread states,
+//! served by the API), the stored snapshots ([`Snapshots`], each VM's latest at most once a
+//! second, so the live view survives a restart), and call graphs ([`CallGraphs`], a Graphviz
+//! `.dot` per VM written when it disconnects). Storing the records is not an analysis: the
+//! connection does it before any analysis sees them.
 
 use crate::store::{Store, VmRecord};
-use jvmprof_profile::{Profile, ThreadState};
+use jvmprof_profile::ThreadState;
 use jvmprof_proto::Snapshot;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What a VM sent.
 #[derive(Debug)]
 pub enum Trace {
-    /// Samples gained since the previous batch, as a small profile.
-    Samples {
-        /// The agent's batch number (1, 2, ...), unique per VM.
+    /// Framed record chunks (`jvmprof_profile::records`), as stored.
+    Records {
+        /// The chunk's number (1, 2, ...), unique per VM.
         seq: u64,
         time_unix_ms: u64,
-        profile: Box<Profile>,
+        chunk: Arc<[u8]>,
     },
     /// The stacks of all threads.
     Snapshot(Snapshot),
@@ -109,10 +112,9 @@ impl Analysis for LiveView {
     }
 }
 
-/// Stores every sample batch, and each VM's latest snapshot at most once per
-/// [`SNAPSHOT_EVERY`] and when it disconnects, so the API can aggregate any time range and
-/// everything survives a restart.
-pub struct Profiles {
+/// Stores each VM's latest snapshot at most once per [`SNAPSHOT_EVERY`] and when it
+/// disconnects, so the live view survives a restart.
+pub struct Snapshots {
     pub store: Store,
     /// vm → when its snapshot was last stored, and the newest one not stored yet.
     snapshots: Mutex<HashMap<u64, (Instant, Option<Snapshot>)>>,
@@ -121,29 +123,21 @@ pub struct Profiles {
 /// How often a VM's latest snapshot is written to storage while it is connected.
 pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(1);
 
-impl Profiles {
-    pub fn new(store: Store) -> Profiles {
-        Profiles {
+impl Snapshots {
+    pub fn new(store: Store) -> Snapshots {
+        Snapshots {
             store,
             snapshots: Mutex::new(HashMap::new()),
         }
     }
 }
 
-impl Analysis for Profiles {
-    fn add_connection(&self, vm: &VmRecord) {
-        self.store.put_vm(vm.clone());
-    }
+impl Analysis for Snapshots {
+    fn add_connection(&self, _vm: &VmRecord) {}
 
     fn add_trace(&self, vm: u64, trace: &Trace) {
         match trace {
-            Trace::Samples {
-                seq,
-                time_unix_ms,
-                profile,
-            } => self
-                .store
-                .put_batch(vm, *seq, *time_unix_ms, (**profile).clone()),
+            Trace::Records { .. } => {}
             Trace::Snapshot(s) => {
                 let mut snaps = self.snapshots.lock().unwrap();
                 let now = Instant::now();

@@ -6,6 +6,7 @@ use crate::analysis::Trace;
 use crate::hub::{Hub, MAX_NEW_VMS_PER_MINUTE};
 use crate::stats::bump;
 use crate::store::now_ms;
+use jvmprof_profile::records::{RecordWriter, merge};
 use jvmprof_proto::{Decoder, Event, MAGIC, Reply};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -123,6 +124,7 @@ pub(crate) async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) 
                         "jvmprof serve: VM {} (pid {} on {}) connected from {peer}",
                         record.id, record.pid, record.host
                     );
+                    hub.store.put_vm(record.clone());
                     for a in &hub.analyses {
                         a.add_connection(&record);
                     }
@@ -135,10 +137,10 @@ pub(crate) async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) 
                     }
                 }
                 (
-                    Event::Samples {
+                    Event::Records {
                         seq,
                         time_unix_ms,
-                        profile,
+                        chunk,
                     },
                     Some(id),
                 ) => {
@@ -146,18 +148,29 @@ pub(crate) async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) 
                         bump(&hub.stats.duplicate_batches, 1);
                         continue;
                     }
-                    bump(&hub.stats.sample_batches, 1);
-                    bump(&hub.stats.samples, profile.total(0));
-                    let trace = Trace::Samples {
+                    records(&hub, id, seq, time_unix_ms, chunk.into());
+                }
+                (
+                    Event::Samples {
                         seq,
                         time_unix_ms,
                         profile,
-                    };
-                    for a in &hub.analyses {
-                        a.add_trace(id, &trace);
+                    },
+                    Some(id),
+                ) => {
+                    // An agent older than the record stream: each batch becomes a stream of
+                    // its own.
+                    if !hub.vms.receive(id, seq) {
+                        bump(&hub.stats.duplicate_batches, 1);
+                        continue;
                     }
-                    if let Some(r) = hub.vms.update(id, |r| r.last_seen = now_ms()) {
-                        hub.store.put_vm(r);
+                    let everything = jvmprof_profile::records::write::everything(&profile);
+                    match RecordWriter::new().update(&profile, &everything, &[], false) {
+                        Ok(bytes) if !bytes.is_empty() => {
+                            records(&hub, id, seq, time_unix_ms, bytes.into())
+                        }
+                        Ok(_) => {}
+                        Err(e) => break 'conn Some(format!("cannot record a batch: {e}")),
                     }
                 }
                 (Event::Snapshot(s), Some(id)) => {
@@ -241,6 +254,28 @@ pub(crate) async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) 
         for a in &hub.analyses {
             a.remove_connection(id);
         }
+    }
+}
+
+/// Stores record chunks `seq` of VM `id` and shows them to the analyses.
+fn records(hub: &Hub, id: u64, seq: u64, time_unix_ms: u64, chunk: Arc<[u8]>) {
+    bump(&hub.stats.sample_batches, 1);
+    if let Ok(decoded) = merge::decode_framed(&chunk) {
+        let (records, samples) = merge::weight(&decoded);
+        bump(&hub.stats.sample_records, records);
+        bump(&hub.stats.samples, samples);
+    }
+    hub.store.put_chunk(id, seq, time_unix_ms, chunk.clone());
+    let trace = Trace::Records {
+        seq,
+        time_unix_ms,
+        chunk,
+    };
+    for a in &hub.analyses {
+        a.add_trace(id, &trace);
+    }
+    if let Some(r) = hub.vms.update(id, |r| r.last_seen = now_ms()) {
+        hub.store.put_vm(r);
     }
 }
 

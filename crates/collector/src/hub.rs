@@ -2,7 +2,7 @@
 //! state (store, VM registry, analyses, heap dumps, traces, counters) and keep it (deleting VMs,
 //! maintaining the store).
 
-use crate::analysis::{Analysis, CallGraphs, LiveView, Profiles};
+use crate::analysis::{Analysis, CallGraphs, LiveView, Snapshots};
 use crate::config::Config;
 use crate::registry::{DeleteError, Registry};
 use crate::stats::Stats;
@@ -57,7 +57,7 @@ impl Hub {
         let live = Arc::new(LiveView::load(&store)?);
         let analyses: Vec<Arc<dyn Analysis>> = vec![
             live.clone(),
-            Arc::new(Profiles::new(store.clone())),
+            Arc::new(Snapshots::new(store.clone())),
             Arc::new(CallGraphs {
                 store: store.clone(),
                 dir: config.data.join("callgraphs"),

@@ -434,8 +434,8 @@ pub fn vm_labels(name: &SeriesName) -> Vec<(String, String)> {
     labels
 }
 
-/// Stores a checked push (see [`check_request`]) whose body decoded to `profile` as a batch of
-/// its VM, durably; the VM's id. A profile without samples is accepted and not stored (0).
+/// Stores a checked push (see [`check_request`]) whose body decoded to `profile` as a record
+/// stream of its VM, durably; the VM's id. A profile without samples is accepted and not stored (0).
 pub async fn store(
     hub: &Hub,
     peer: std::net::IpAddr,
@@ -481,7 +481,7 @@ pub async fn store(
     bump(&hub.stats.ingested, 1);
     bump(&hub.stats.samples, profile.total(0));
     hub.store.put_vm(record);
-    hub.store.put_batch(id, seq, time, profile);
+    hub.store.put_profile(id, seq, time, &profile);
     hub.store.barrier().await;
     if hub.store.committed(id) < seq {
         return Err(Refused::Internal(format!(

@@ -11,9 +11,13 @@ pub struct Stats {
     pub protocol_errors: AtomicU64,
     pub bytes: AtomicU64,
     pub snapshots: AtomicU64,
+    /// Record chunks received (a batch of an older agent counts as one).
     pub sample_batches: AtomicU64,
-    /// Batches an agent re-sent after a reconnect that were already stored (ignored).
+    /// Chunks an agent re-sent after a reconnect that were already stored (ignored).
     pub duplicate_batches: AtomicU64,
+    /// Sample records received (a new sample or values added to one), and the samples they
+    /// weigh (their first values: the sample count in CPU and wall modes).
+    pub sample_records: AtomicU64,
     pub samples: AtomicU64,
     /// Profiles received at `/ingest` (the `ingest` module).
     pub ingested: AtomicU64,

@@ -1,17 +1,23 @@
 //! The wire format between the agent and the collector, and nothing else: framed (`u32` length +
-//! postcard payload), versioned (magic `JVMP`, then a `Hello` carrying [`VERSION`]), compact
-//! (per-connection string, frame, stack and thread tables, so each is sent once per connection;
-//! sample values are deltas; integers are varints).
+//! postcard payload), versioned (magic `JVMP`, then a `Hello` carrying [`VERSION`]).
 //!
-//! The agent side is [`Encoder`] over [`Tables`] it only appends to; the collector side is
-//! [`Decoder`], which takes bytes as they arrive and yields resolved [`Event`]s, or a
-//! [`ProtoError`] naming what is wrong (after which the connection is to be closed). The decoder
-//! never panics on any input and bounds what one connection can make it hold.
+//! Since version 4 an agent sends the record stream itself (`jvmprof_profile::records`, the
+//! chunks its native file holds): [`Message::Records`] carries framed chunks numbered from 1
+//! for the life of the agent, which the collector acknowledges once stored, and thread
+//! snapshots carry their frames inline. Versions 1 to 3 sent per-connection tables and sample
+//! deltas ([`legacy`]); the [`Decoder`] still accepts them and resolves their batches into small
+//! profiles, which the collector turns into records.
+//!
+//! The collector side is [`Decoder`], which takes bytes as they arrive and yields [`Event`]s, or
+//! a [`ProtoError`] naming what is wrong (after which the connection is to be closed). The
+//! decoder never panics on any input and bounds what one connection can make it hold.
 
 #![forbid(unsafe_code)]
 
+pub mod legacy;
 pub mod wire;
 
+use jvmprof_profile::records::{Framed, next_chunk};
 use jvmprof_profile::{Frame, Meta, Metric, Profile, ProfileBuilder, Thread, ThreadState};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -20,10 +26,7 @@ pub use wire::{
     Hello, MAGIC, MAX_FRAME, MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS, MIN_VERSION, Message,
     Reply, VERSION,
 };
-use wire::{
-    WireFrame, WireSample, WireThread, WireThreadState, decode_payload, kind_code, kind_from,
-    put_frame, state_code, state_from, take_frame,
-};
+use wire::{WireSample, decode_payload, kind_from, state_from, take_frame};
 
 /// Most entries one connection may define in each table (strings, frames, stacks, threads).
 pub const MAX_TABLE: usize = 4 << 20;
@@ -50,186 +53,6 @@ pub struct Snapshot<F = Frame> {
     pub threads: Vec<ThreadDump<F>>,
 }
 
-/// What one (thread, stack, state) of the agent's tables gained since the previous batch.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SampleDelta {
-    pub thread: u32,
-    pub stack: u32,
-    pub state: ThreadState,
-    pub values: Vec<u64>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SampleBatch {
-    /// 1, 2, 3, ... for the life of the agent.
-    pub seq: u64,
-    pub time_unix_ms: u64,
-    pub samples: Vec<SampleDelta>,
-}
-
-/// The agent's definitions, in stream ids; append-only for the life of the agent. Every
-/// connection re-sends them from the start (tables are per connection).
-#[derive(Clone, Debug, Default)]
-pub struct Tables {
-    pub frames: Vec<Frame>,
-    /// Frame ids, root first.
-    pub stacks: Vec<Vec<u32>>,
-    pub threads: Vec<Thread>,
-    pub modes: Vec<String>,
-    pub metrics: Vec<Metric>,
-    pub interval_ns: u64,
-}
-
-/// A connection's encoder (agent side): remembers which table entries this connection has seen.
-#[derive(Default)]
-pub struct Encoder {
-    strings: HashMap<String, u32>,
-    new_strings: Vec<String>,
-    frames: usize,
-    stacks: usize,
-    threads: usize,
-    meta_sent: bool,
-}
-
-impl Encoder {
-    pub fn new() -> Encoder {
-        Encoder::default()
-    }
-
-    /// The magic and the Hello: the start of every connection.
-    pub fn hello(&mut self, hello: &Hello, out: &mut Vec<u8>) {
-        out.extend_from_slice(&MAGIC);
-        put_frame(&Message::Hello(hello.clone()), out);
-    }
-
-    /// The VM's labels, sent right after the Hello (nothing when there are none).
-    pub fn labels(&mut self, labels: &[(String, String)], out: &mut Vec<u8>) {
-        if !labels.is_empty() {
-            put_frame(&Message::Labels(labels.to_vec()), out);
-        }
-    }
-
-    fn string(&mut self, s: &str) -> u32 {
-        if let Some(id) = self.strings.get(s) {
-            return *id;
-        }
-        let id = self.strings.len() as u32;
-        self.strings.insert(s.to_string(), id);
-        self.new_strings.push(s.to_string());
-        id
-    }
-
-    fn flush_strings(&mut self, out: &mut Vec<u8>) {
-        if !self.new_strings.is_empty() {
-            let strings = std::mem::take(&mut self.new_strings);
-            let first = (self.strings.len() - strings.len()) as u32;
-            put_frame(&Message::Strings { first, strings }, out);
-        }
-    }
-
-    /// Sends the table entries this connection has not seen yet.
-    pub fn sync(&mut self, t: &Tables, out: &mut Vec<u8>) {
-        let mut defs = Vec::new();
-        if self.frames < t.frames.len() {
-            let frames: Vec<WireFrame> = t.frames[self.frames..]
-                .iter()
-                .map(|f| WireFrame {
-                    kind: kind_code(f.kind),
-                    class: self.string(&f.class),
-                    method: self.string(&f.method),
-                    descriptor: self.string(&f.descriptor),
-                    line: f.line,
-                })
-                .collect();
-            let first = self.frames as u32;
-            self.frames = t.frames.len();
-            put_frame(&Message::Frames { first, frames }, &mut defs);
-        }
-        if self.stacks < t.stacks.len() {
-            let first = self.stacks as u32;
-            let stacks = t.stacks[self.stacks..].to_vec();
-            self.stacks = t.stacks.len();
-            put_frame(&Message::Stacks { first, stacks }, &mut defs);
-        }
-        if self.threads < t.threads.len() {
-            let threads: Vec<WireThread> = t.threads[self.threads..]
-                .iter()
-                .map(|th| WireThread {
-                    tid: th.tid,
-                    name: self.string(&th.name),
-                })
-                .collect();
-            let first = self.threads as u32;
-            self.threads = t.threads.len();
-            put_frame(&Message::Threads { first, threads }, &mut defs);
-        }
-        if !self.meta_sent && !t.metrics.is_empty() {
-            self.meta_sent = true;
-            let meta = Message::Meta {
-                modes: t.modes.clone(),
-                metrics: t.metrics.iter().map(|m| m.as_str().to_string()).collect(),
-                interval_ns: t.interval_ns,
-            };
-            put_frame(&meta, &mut defs);
-        }
-        self.flush_strings(out);
-        out.append(&mut defs);
-    }
-
-    /// A batch of sample deltas (ids into `t`).
-    pub fn samples(&mut self, t: &Tables, batch: &SampleBatch, out: &mut Vec<u8>) {
-        self.sync(t, out);
-        let samples = batch
-            .samples
-            .iter()
-            .map(|s| WireSample {
-                thread: s.thread,
-                stack: s.stack,
-                state: state_code(s.state),
-                values: s.values.clone(),
-            })
-            .collect();
-        put_frame(
-            &Message::Samples {
-                seq: batch.seq,
-                time_unix_ms: batch.time_unix_ms,
-                samples,
-            },
-            out,
-        );
-    }
-
-    /// A thread snapshot whose frames are ids into `t`.
-    pub fn snapshot(&mut self, t: &Tables, snap: &Snapshot<u32>, out: &mut Vec<u8>) {
-        self.sync(t, out);
-        let threads: Vec<WireThreadState> = snap
-            .threads
-            .iter()
-            .map(|th| WireThreadState {
-                id: th.id,
-                name: self.string(&th.name),
-                group: self.string(&th.group),
-                daemon: th.daemon,
-                state: state_code(th.state),
-                order: th.order,
-                frames: th.frames.clone(),
-            })
-            .collect();
-        self.flush_strings(out);
-        put_frame(
-            &Message::Snapshot {
-                time_unix_ms: snap.time_unix_ms,
-                threads,
-            },
-            out,
-        );
-    }
-
-    pub fn message(&mut self, m: &Message, out: &mut Vec<u8>) {
-        put_frame(m, out);
-    }
-}
-
 /// What a connection delivered, with every id resolved.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
@@ -251,6 +74,12 @@ pub enum Event {
     /// A trace chunk, checked: one whole chunk with a matching checksum.
     Trace {
         seq: u64,
+        chunk: Vec<u8>,
+    },
+    /// Record chunks (version 4), checked: whole framed chunks with matching checksums.
+    Records {
+        seq: u64,
+        time_unix_ms: u64,
         chunk: Vec<u8>,
     },
 }
@@ -575,6 +404,19 @@ impl Decoder {
                 }
                 return Ok(Some(Event::Labels(labels)));
             }
+            Message::Records {
+                seq,
+                time_unix_ms,
+                chunk,
+            } => {
+                check_chunks(&chunk)?;
+                return Ok(Some(Event::Records {
+                    seq,
+                    time_unix_ms,
+                    chunk,
+                }));
+            }
+            Message::ThreadStacks(snapshot) => return Ok(Some(Event::Snapshot(snapshot))),
             Message::Trace { seq, chunk } => {
                 let (trace, damage) =
                     jvmprof_profile::trace::log::read_chunks(&chunk, "trace chunk");
@@ -670,6 +512,24 @@ impl Decoder {
             profile: Box::new(b.finish()),
         })
     }
+}
+
+/// Whether `bytes` are one or more whole record chunks whose checksums match.
+fn check_chunks(mut bytes: &[u8]) -> Result<(), String> {
+    if bytes.is_empty() {
+        return Err("no record chunk".into());
+    }
+    let mut n = 0;
+    while !bytes.is_empty() {
+        n += 1;
+        match next_chunk(bytes) {
+            Framed::Chunk(_, used) => bytes = &bytes[used..],
+            Framed::Damaged(_) => return Err(format!("record chunk {n} fails its checksum")),
+            Framed::Partial => return Err(format!("record chunk {n} is cut short")),
+            Framed::Garbage(len) => return Err(format!("record chunk {n} claims {len} bytes")),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

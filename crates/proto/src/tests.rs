@@ -1,4 +1,6 @@
 use super::*;
+use crate::legacy::{Encoder, SampleBatch, SampleDelta, Tables};
+use crate::wire::put_frame;
 use jvmprof_profile::FrameKind;
 use proptest::prelude::*;
 
@@ -212,7 +214,7 @@ fn errors_name_what_is_wrong() {
     );
     assert_eq!(
         err(&out),
-        "message 1 (Hello): protocol version 99 not supported (this collector speaks versions 1 to 3)"
+        "message 1 (Hello): protocol version 99 not supported (this collector speaks versions 1 to 4)"
     );
     // A stack that refers to a frame never defined.
     let mut e = Encoder::new();
@@ -392,4 +394,86 @@ fn trace_chunks_pass_whole_and_damaged_ones_are_refused() {
     put_frame(&Message::Trace { seq: 2, chunk: bad }, &mut out);
     let e = decode_all(&out, 1 << 20).unwrap_err().to_string();
     assert!(e.contains("(Trace)") && e.contains("checksum"), "{e}");
+}
+
+#[test]
+fn version_4_carries_record_chunks_and_inline_snapshots_and_refuses_damaged_chunks() {
+    let mut b = ProfileBuilder::new(Meta {
+        modes: vec!["cpu".into()],
+        metrics: vec![Metric::Samples, Metric::Ns],
+        interval_ns: 10,
+        ..Meta::default()
+    });
+    let t = b.thread(Thread {
+        tid: 3,
+        name: "main".into(),
+    });
+    let f = b.frame(Frame::java("a.B", "c", "()V", 3));
+    let s = b.stack(&[f]);
+    b.add(t, s, ThreadState::Running, &[2, 20]);
+    let profile = b.finish();
+    let chunk = jvmprof_profile::records::RecordWriter::whole(&profile, &[]).unwrap();
+    let snapshot = Snapshot {
+        time_unix_ms: 7,
+        threads: vec![ThreadDump {
+            id: 1,
+            name: "main".into(),
+            group: "main".into(),
+            daemon: false,
+            state: ThreadState::Running,
+            order: 0,
+            frames: vec![Frame::java("a.B", "c", "()V", 3)],
+        }],
+    };
+    let mut input = Vec::new();
+    Encoder::new().hello(&hello(), &mut input);
+    let records = Message::Records {
+        seq: 1,
+        time_unix_ms: 5,
+        chunk: chunk.clone(),
+    };
+    put_frame(&records, &mut input);
+    put_frame(&Message::ThreadStacks(snapshot.clone()), &mut input);
+    let events = decode_all(&input, 7).unwrap();
+    assert_eq!(events.len(), 3);
+    assert_eq!(
+        events[1],
+        Event::Records {
+            seq: 1,
+            time_unix_ms: 5,
+            chunk: chunk.clone()
+        }
+    );
+    assert_eq!(events[2], Event::Snapshot(snapshot));
+    // The chunks replay to the profile the agent had.
+    let mut r = jvmprof_profile::records::Replay::new();
+    jvmprof_profile::records::replay::apply_all(&mut r, &chunk).unwrap();
+    assert_eq!(r.finish().unwrap().0, profile);
+
+    for (bytes, says) in [
+        (
+            {
+                let mut c = chunk.clone();
+                let last = c.len() - 1;
+                c[last] ^= 1;
+                c
+            },
+            "fails its checksum",
+        ),
+        (chunk[..chunk.len() - 1].to_vec(), "cut short"),
+        (Vec::new(), "no record chunk"),
+    ] {
+        let mut input = Vec::new();
+        Encoder::new().hello(&hello(), &mut input);
+        put_frame(
+            &Message::Records {
+                seq: 2,
+                time_unix_ms: 5,
+                chunk: bytes,
+            },
+            &mut input,
+        );
+        let e = decode_all(&input, 4096).unwrap_err().to_string();
+        assert!(e.contains("message 2 (Records)") && e.contains(says), "{e}");
+    }
 }

@@ -9,9 +9,10 @@ use serde::{Deserialize, Serialize};
 /// not an agent (the collector serves HTTP there).
 pub const MAGIC: [u8; 4] = *b"JVMP";
 /// The protocol version this crate speaks; the collector rejects other versions by name.
-/// Version 2 added [`Message::Labels`], version 3 [`Message::Trace`]; older agents (which never
-/// send them) are accepted.
-pub const VERSION: u16 = 3;
+/// Version 2 added [`Message::Labels`], version 3 [`Message::Trace`], version 4 the record stream
+/// ([`Message::Records`], [`Message::ThreadStacks`]) in place of tables and sample deltas; older
+/// agents (which never send them) are accepted.
+pub const VERSION: u16 = 4;
 /// The oldest version the decoder accepts.
 pub const MIN_VERSION: u16 = 1;
 /// Most labels an agent may send, and the longest key and value (bytes).
@@ -133,6 +134,17 @@ pub enum Message {
         seq: u64,
         chunk: Vec<u8>,
     },
+    /// Version 4: framed record chunks (`jvmprof_profile::records`, one or more back to back),
+    /// what the agent's native file holds. `seq` numbers them from 1 for the life of the agent,
+    /// across connections (the stream's chunk number + 1); the collector acknowledges what it
+    /// stored and ignores what it already has. `time_unix_ms`: when the agent cut them.
+    Records {
+        seq: u64,
+        time_unix_ms: u64,
+        chunk: Vec<u8>,
+    },
+    /// Version 4: the stacks of all threads at one moment, frames inline (no tables).
+    ThreadStacks(crate::Snapshot),
 }
 
 impl Message {
@@ -150,6 +162,8 @@ impl Message {
             Message::Bye => "Bye",
             Message::Labels(_) => "Labels",
             Message::Trace { .. } => "Trace",
+            Message::Records { .. } => "Records",
+            Message::ThreadStacks(_) => "ThreadStacks",
         }
     }
 }
@@ -157,8 +171,8 @@ impl Message {
 /// Collector → agent: `Welcome` or `Reject` answers the Hello; then `Ack`s.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
-    /// `last_seq`: the newest sample batch the collector has from this VM; the agent re-sends
-    /// the unacknowledged batches after it.
+    /// `last_seq`: the newest sample batch (version 4: record chunk) the collector has from
+    /// this VM; the agent re-sends the unacknowledged ones after it.
     Welcome {
         vm_id: u64,
         last_seq: u64,
@@ -166,7 +180,7 @@ pub enum Reply {
     Reject {
         reason: String,
     },
-    /// Every sample batch up to `seq` is stored durably.
+    /// Every sample batch (version 4: record chunk) up to `seq` is stored durably.
     Ack {
         seq: u64,
     },

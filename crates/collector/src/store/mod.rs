@@ -9,12 +9,14 @@ pub mod clickhouse;
 mod merge;
 mod queue;
 pub mod redb;
+mod replay;
 mod types;
 
 pub use backend::{Backend, Pending, VmSamples};
 pub use merge::merge_profiles;
 pub use types::{Maintained, Retention, VmRecord, create_private_dir, now_ms};
 
+use jvmprof_profile::records::RecordWriter;
 use jvmprof_profile::{Meta, Metric, Profile, ProfileBuilder};
 use jvmprof_proto::Snapshot;
 use queue::Write;
@@ -52,7 +54,7 @@ impl Store {
         self.0.is_shared()
     }
 
-    /// The seq of the newest committed batch of `vm` (0: none).
+    /// The seq of the newest committed chunk of `vm` (0: none).
     pub fn committed(&self, vm: u64) -> u64 {
         self.0.queue().ledger().committed(vm)
     }
@@ -66,13 +68,25 @@ impl Store {
         self.0.queue().put(Write::Vm(vm));
     }
 
-    pub fn put_batch(&self, vm: u64, seq: u64, time_unix_ms: u64, profile: Profile) {
-        self.0.queue().put(Write::Batch {
+    /// Queues framed record chunks of `vm`'s stream (what an agent sent as chunk `seq`).
+    pub fn put_chunk(&self, vm: u64, seq: u64, time_unix_ms: u64, bytes: Arc<[u8]>) {
+        self.0.queue().put(Write::Chunk {
             vm,
             seq,
             time_unix_ms,
-            profile: Box::new(profile),
+            bytes,
         });
+    }
+
+    /// Queues a whole profile as `vm`'s chunk `seq`: a record stream of its own (a pushed
+    /// profile, or a sample batch of an agent older than the record stream).
+    pub fn put_profile(&self, vm: u64, seq: u64, time_unix_ms: u64, profile: &Profile) {
+        let everything = jvmprof_profile::records::write::everything(profile);
+        match RecordWriter::new().update(profile, &everything, &[], false) {
+            Ok(bytes) if !bytes.is_empty() => self.put_chunk(vm, seq, time_unix_ms, bytes.into()),
+            Ok(_) => {}
+            Err(e) => eprintln!("jvmprof serve: cannot store a profile of VM {vm}: {e}"),
+        }
     }
 
     pub fn put_snapshot(&self, vm: u64, snapshot: Snapshot) {

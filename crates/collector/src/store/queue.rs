@@ -1,10 +1,9 @@
 //! The queue in front of a store's writer thread, the same for every store: connections put VMs,
-//! sample batches and snapshots in it and never wait for storage (unless the backlog grows, see
+//! record chunks and snapshots in it and never wait for storage (unless the backlog grows, see
 //! [`Ledger::backlog`]); a barrier resolves once everything queued before it is written; the
 //! writer records which batches are committed, so they can be acknowledged to agents.
 
 use super::types::VmRecord;
-use jvmprof_profile::Profile;
 use jvmprof_proto::Snapshot;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,11 +12,13 @@ use std::sync::{Arc, Mutex, mpsc};
 /// One queued write, the same for every store.
 pub enum Write {
     Vm(VmRecord),
-    Batch {
+    /// Framed record chunks (`jvmprof_profile::records`) of the VM's stream, numbered by the
+    /// agent (`seq`, from 1); a chunk whose head has seq 0 starts a new stream.
+    Chunk {
         vm: u64,
         seq: u64,
         time_unix_ms: u64,
-        profile: Box<Profile>,
+        bytes: Arc<[u8]>,
     },
     Snapshot {
         vm: u64,

@@ -67,31 +67,26 @@ fn stack_hash(frames: &[&Frame]) -> u64 {
     h.finish()
 }
 
-/// The hashes of a profile's stacks, computed once per frame and per stack prefix.
-pub(super) struct StackHashes<'a> {
-    profile: &'a Profile,
+/// The hashes of a growing profile's stacks, computed once per frame and per stack prefix (the
+/// profile only grows: frames and stacks keep their ids).
+#[derive(Default)]
+pub(super) struct StackHashes {
     frames: Vec<Option<u64>>,
     stacks: Vec<Option<u64>>,
     /// Scratch: the prefixes of the stack being hashed.
     chain: Vec<u32>,
 }
 
-impl<'a> StackHashes<'a> {
-    pub(super) fn new(profile: &'a Profile) -> StackHashes<'a> {
-        StackHashes {
-            profile,
-            frames: vec![None; profile.frames.len()],
-            stacks: vec![None; profile.stacks.len()],
-            chain: Vec::new(),
-        }
+impl StackHashes {
+    /// The hash of `profile`'s stack `stack` (its prefix state is kept raw, so children
+    /// continue it).
+    pub(super) fn get(&mut self, profile: &Profile, stack: u32) -> u64 {
+        self.frames.resize(profile.frames.len(), None);
+        self.stacks.resize(profile.stacks.len(), None);
+        Fnv(self.state(profile, stack)).finish()
     }
 
-    /// The stack's hash (its prefix state is kept raw, so children continue it).
-    pub(super) fn get(&mut self, stack: u32) -> u64 {
-        Fnv(self.state(stack)).finish()
-    }
-
-    fn state(&mut self, stack: u32) -> u64 {
+    fn state(&mut self, profile: &Profile, stack: u32) -> u64 {
         if let Some(h) = self.stacks[stack as usize] {
             return h;
         }
@@ -101,7 +96,7 @@ impl<'a> StackHashes<'a> {
         chain.push(stack);
         let mut state = Fnv::new();
         let mut at = stack;
-        while let Some(parent) = self.profile.stacks.parent(at) {
+        while let Some(parent) = profile.stacks.parent(at) {
             if let Some(h) = self.stacks[parent as usize] {
                 state = Fnv(h);
                 break;
@@ -110,9 +105,9 @@ impl<'a> StackHashes<'a> {
             at = parent;
         }
         for &s in chain.iter().rev() {
-            if let Some(top) = self.profile.stacks.top(s) {
+            if let Some(top) = profile.stacks.top(s) {
                 let fh = *self.frames[top as usize]
-                    .get_or_insert_with(|| frame_hash(&self.profile.frames[top as usize]));
+                    .get_or_insert_with(|| frame_hash(&profile.frames[top as usize]));
                 state.u64(fh);
             }
             self.stacks[s as usize] = Some(state.0);
@@ -149,10 +144,10 @@ mod tests {
         let s2 = b.stack(&[fa]);
         let s3 = b.stack(&[fb, fa, fb]);
         let p = b.finish();
-        let mut h = StackHashes::new(&p);
+        let mut h = StackHashes::default();
         for s in [s1, s2, s3] {
             let frames: Vec<&Frame> = p.stack_frames(s).collect();
-            assert_eq!(h.get(s), stack_hash(&frames), "{s}");
+            assert_eq!(h.get(&p, s), stack_hash(&frames), "{s}");
         }
     }
 }

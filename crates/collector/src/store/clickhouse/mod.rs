@@ -289,7 +289,7 @@ impl ClickHouse {
         let keep = retention.keep.map(|k| k.as_millis() as u64);
         let bytes = self.client.query(&format!(
             "SELECT DISTINCT table, partition FROM system.parts WHERE database = '{db}' AND active \
-             AND table IN ('samples', '.inner.samples_minute', '.inner.samples_hour', 'snapshots')"
+             AND table IN ('samples', '.inner.samples_minute', '.inner.samples_hour', 'snapshots', 'chunks')"
         ))?;
         let mut r = Reader { b: &bytes };
         while !r.done() {
@@ -340,6 +340,7 @@ impl ClickHouse {
             "snapshots",
             "meta",
             "seqs",
+            "chunks",
         ] {
             self.client
                 .exec(&format!("ALTER TABLE {db}.{table} DELETE WHERE vm = {id}"))?;

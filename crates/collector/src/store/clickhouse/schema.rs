@@ -59,6 +59,11 @@ pub(super) fn create_schema(c: &Client) -> anyhow::Result<()> {
          ENGINE = ReplacingMergeTree(version) ORDER BY vm",
         "CREATE TABLE IF NOT EXISTS {db}.seqs (vm UInt64, seq UInt64) \
          ENGINE = ReplacingMergeTree(seq) ORDER BY vm",
+        // The record chunks as the agents sent them: what a collector replays to resolve a
+        // VM's later chunks after a restart.
+        "CREATE TABLE IF NOT EXISTS {db}.chunks (day Date, vm UInt64, seq UInt64, \
+         time_ms UInt64, data String) ENGINE = ReplacingMergeTree PARTITION BY day \
+         ORDER BY (vm, seq)",
     ] {
         c.exec(&sql.replace("{db}", db))?;
     }

@@ -4,7 +4,7 @@
 mod support {
     use super::super::*;
     use crate::store::Store;
-    use jvmprof_profile::{Meta, Metric, ProfileBuilder, Thread, ThreadState};
+    use jvmprof_profile::{Frame, Meta, Metric, Profile, ProfileBuilder, Thread, ThreadState};
 
     pub(super) fn batch(frames: &[(&str, &str)], value: u64) -> Profile {
         let mut b = ProfileBuilder::new(Meta {
@@ -46,6 +46,11 @@ mod format {
     use super::super::*;
     use super::support::*;
     use crate::store::Store;
+    use serde::Serialize;
+
+    fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+        postcard::to_stdvec(v).unwrap()
+    }
 
     #[test]
     fn a_store_in_another_format_is_refused_with_a_message() {
@@ -57,7 +62,7 @@ mod format {
             // A store as the first collectors wrote it: batches and no version.
             let db = Database::create(&path).unwrap();
             let w = db.begin_write().unwrap();
-            w.open_table(BATCHES)
+            w.open_table(OLD_BATCHES)
                 .unwrap()
                 .insert((1, 0), &[0u8, 1, 2][..])
                 .unwrap();
@@ -67,8 +72,9 @@ mod format {
         assert_eq!(
             e.to_string(),
             format!(
-                "{} holds samples in store format 1 and this collector reads format 2; \
-                 move it away or pick another --data directory",
+                "{} holds samples in store format 1 and this collector reads format 3 \
+                 (record chunks); move it away or pick another --data directory (the jvmprof \
+                 that wrote it still reads it)",
                 path.display()
             )
         );
@@ -140,9 +146,9 @@ mod format {
         {
             let store = Store::new(Redb::open(&dir).unwrap());
             store.put_vm(vm.clone());
-            store.put_batch(3, 1, 1000, batch(&[("A", "main"), ("A", "work")], 2));
-            store.put_batch(3, 2, 2000, batch(&[("A", "main"), ("B", "io")], 5));
-            store.put_batch(3, 3, 3000, batch(&[("A", "main"), ("A", "work")], 1));
+            store.put_profile(3, 1, 1000, &batch(&[("A", "main"), ("A", "work")], 2));
+            store.put_profile(3, 2, 2000, &batch(&[("A", "main"), ("B", "io")], 5));
+            store.put_profile(3, 3, 3000, &batch(&[("A", "main"), ("A", "work")], 1));
             rt.block_on(store.barrier());
             assert_eq!(store.committed(3), 3);
             assert_eq!(store.committed(4), 0);
@@ -156,12 +162,11 @@ mod format {
             );
             assert_eq!(collapsed(&store.profile(&vm, 5000, 6000).unwrap()), "");
         }
-        // Reopened: the VM, the batches, the frame dictionary and the last seq are all there, and
-        // new batches reuse the dictionary.
+        // Reopened: the VM, the chunks and the last seq are all there.
         let store = open_retrying(&dir);
         assert_eq!(store.vms().unwrap(), vec![vm.clone()]);
         assert_eq!(store.committed(3), 3);
-        store.put_batch(3, 4, 4000, batch(&[("A", "main"), ("C", "new")], 7));
+        store.put_profile(3, 4, 4000, &batch(&[("A", "main"), ("C", "new")], 7));
         rt.block_on(store.barrier());
         assert_eq!(
             collapsed(&store.profile(&vm, 0, u64::MAX).unwrap()),
@@ -189,8 +194,8 @@ mod retention {
         r.open_table(table).unwrap().len().unwrap() as usize
     }
 
-    /// Batches past the rollup age become one profile per VM and minute with the same
-    /// samples; a query over any whole minutes answers as before; data past the retention
+    /// Sample batches of older agents (each a stream of its own) past the rollup age become
+    /// one stream per VM and minute with the same samples; a query over any whole minutes answers as before; data past the retention
     /// goes, and so do VMs not seen for that long (not connected ones' data); ids are not
     /// reused after a delete, also across a reopen.
     #[test]
@@ -224,13 +229,13 @@ mod retention {
                 } else {
                     &[("A", "main"), ("B", "io")]
                 };
-                store.put_batch(1, seq, start + m * MIN + q * 15_000, batch(frames, q + 1));
+                store.put_profile(1, seq, start + m * MIN + q * 15_000, &batch(frames, q + 1));
             }
         }
-        store.put_batch(1, seq + 1, now - 8 * DAY, batch(&[("C", "old")], 7));
+        store.put_profile(1, seq + 1, now - 8 * DAY, &batch(&[("C", "old")], 7));
         // VM 2: recent batches only; VM 3: last seen 9 days ago.
-        store.put_batch(2, 1, now - 1000, batch(&[("D", "new")], 3));
-        store.put_batch(3, 1, now - 9 * DAY, batch(&[("E", "gone")], 4));
+        store.put_profile(2, 1, now - 1000, &batch(&[("D", "new")], 3));
+        store.put_profile(3, 1, now - 9 * DAY, &batch(&[("E", "gone")], 4));
         rt.block_on(store.barrier());
         let whole = collapsed(&store.profile(&old, 0, u64::MAX).unwrap());
         let window = (start + 10 * MIN, start + 40 * MIN - 1);
@@ -251,10 +256,14 @@ mod retention {
         let done = rt
             .block_on(store.maintain(now, keep_all, HashSet::new()))
             .unwrap();
-        assert_eq!(done.rolled_up, 90 * 4 + 1 + 1);
-        assert_eq!(done.rollups, 90 + 1 + 1);
+        assert_eq!(
+            done.rolled_up,
+            90 * 4,
+            "a minute's lone chunk stays as it is"
+        );
+        assert_eq!(done.rollups, 90);
         assert!(done.removed_vms.is_empty() && !done.more);
-        assert_eq!(rows(&redb, BATCHES), 1, "VM 2's recent batch stays raw");
+        assert_eq!(rows(&redb, CHUNKS), 90 + 1 + 1 + 1);
         assert_eq!(collapsed(&store.profile(&old, 0, u64::MAX).unwrap()), whole);
         assert_eq!(
             collapsed(&store.profile(&old, window.0, window.1).unwrap()),
@@ -299,18 +308,122 @@ mod retention {
         );
         // Deleting VM 2 (the highest id) leaves nothing of it, and its id is not given again.
         rt.block_on(store.delete_vm(&fresh)).unwrap();
-        assert_eq!(rows(&redb, BATCHES), 0);
+        assert_eq!(rows(&redb, CHUNKS), 90);
         assert_eq!(collapsed(&store.profile(&fresh, 0, u64::MAX).unwrap()), "");
         assert_eq!(store.next_vm_id().unwrap(), 4);
         rt.block_on(store.delete_vm(&old)).unwrap();
-        assert_eq!(rows(&redb, ROLLUPS), 0);
-        let r = redb.db.begin_read().unwrap();
-        assert_eq!(r.open_table(FRAMES).unwrap().len().unwrap(), 0);
-        drop(r);
+        assert_eq!(rows(&redb, CHUNKS), 0);
         drop((store, redb));
         let store = open_retrying(&dir);
         assert!(store.vms().unwrap().is_empty());
         assert_eq!(store.next_vm_id().unwrap(), 4);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+mod stream {
+    use super::super::*;
+    use super::support::*;
+    use crate::store::Store;
+    use jvmprof_profile::records::RecordWriter;
+    use jvmprof_profile::{Frame, Meta, Metric, ProfileBuilder, Thread, ThreadState};
+    use std::time::Duration;
+
+    const MIN: u64 = MINUTE_MS;
+    const DAY: u64 = 1440 * MIN;
+
+    /// One agent's record stream, a chunk a second for 20 minutes, eight days ago and now:
+    /// rollups merge each minute's chunks from their records, retention thins the old ones
+    /// to their definitions, and the later chunks keep resolving (no `[lost]` frame).
+    #[test]
+    fn a_stream_rolls_up_and_expires_and_its_later_chunks_keep_their_meaning() {
+        let dir = std::env::temp_dir().join(format!("jvmprof-store-stream-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let now = 100 * DAY;
+        let vm = VmRecord {
+            id: 1,
+            pid: 1,
+            last_seen: now,
+            ..VmRecord::default()
+        };
+        let store = Store::new(Redb::open(&dir).unwrap());
+        store.put_vm(vm.clone());
+        let mut b = ProfileBuilder::new(Meta {
+            modes: vec!["cpu".into()],
+            metrics: vec![Metric::Samples, Metric::Ns],
+            interval_ns: 10,
+            ..Meta::default()
+        });
+        let t = b.thread(Thread {
+            tid: 1,
+            name: "main".into(),
+        });
+        let mut w = RecordWriter::new();
+        let mut seq = 0;
+        let mut recent = std::collections::BTreeMap::<String, u64>::new();
+        for second in 0..2400u64 {
+            // The first 1,200 seconds eight days ago, the rest in the last 20 minutes.
+            let time = if second < 1200 {
+                now - 8 * DAY + second * 1000
+            } else {
+                now - 1200 * 1000 + (second - 1200) * 1000
+            };
+            let name = format!("m{}", second % 97);
+            let f = b.frame(Frame::java("A", &name, "()V", 1));
+            let root = b.frame(Frame::java("A", "main", "()V", 1));
+            let s = b.stack(&[root, f]);
+            let i = b.add(t, s, ThreadState::Running, &[1, 10]) as u32;
+            if second >= 1200 {
+                *recent.entry(format!("A.main;A.{name}")).or_default() += 1;
+            }
+            let bytes = w
+                .update(b.profile(), &[(i, vec![1, 10])], &[], false)
+                .unwrap();
+            seq += 1;
+            store.put_chunk(1, seq, time, bytes.into());
+        }
+        rt.block_on(store.barrier());
+        let whole = collapsed(&store.profile(&vm, 0, u64::MAX).unwrap());
+        let series: u64 = store
+            .series(1, 0, u64::MAX)
+            .unwrap()
+            .iter()
+            .map(|s| s.1)
+            .sum();
+        assert_eq!(series, 2400);
+        let keep_all = Retention {
+            rollup_after: Duration::from_secs(600),
+            keep: None,
+        };
+        let done = rt
+            .block_on(store.maintain(now, keep_all, HashSet::new()))
+            .unwrap();
+        // The old 20 minutes and the first 10 of the recent ones.
+        assert_eq!(done.rolled_up, 1200 + 600);
+        assert_eq!(done.rollups, 20 + 10);
+        assert_eq!(collapsed(&store.profile(&vm, 0, u64::MAX).unwrap()), whole);
+        let week = Retention {
+            keep: Some(Duration::from_secs(7 * 86_400)),
+            ..keep_all
+        };
+        let done = rt
+            .block_on(store.maintain(now, week, HashSet::new()))
+            .unwrap();
+        assert_eq!(done.expired, 20);
+        let expect: String = recent.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
+        let got = collapsed(&store.profile(&vm, 0, u64::MAX).unwrap());
+        assert_eq!(got, expect);
+        assert!(!got.contains("[lost]"));
+        // Nothing new to expire: the thinned chunk is left alone.
+        let again = rt
+            .block_on(store.maintain(now, week, HashSet::new()))
+            .unwrap();
+        assert_eq!(again.expired, 0);
+        assert_eq!(collapsed(&store.profile(&vm, 0, u64::MAX).unwrap()), expect);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }
