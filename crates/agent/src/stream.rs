@@ -7,7 +7,8 @@
 //! - `samples(&Profile, gained)` is called about once a second with the session's profile so far
 //!   and what each changed sample gained since the last call (kept by the sink as it adds, so
 //!   nothing re-scans the profile).
-//! - `threads` is called every `refresh` with a snapshot of all threads (xdProf's data).
+//! - `threads` is called every `refresh` with a snapshot of all threads (xdProf's data), each
+//!   thread's stack a stack of the profile: it goes out as a `Threads` record of the stream.
 //! - `finish` sends what is left, waiting a bounded time, and closes.
 //! - Memory is bounded: when the collector is away, the oldest queued data is dropped and counted.
 //!
@@ -24,10 +25,10 @@
 //! thread ("jvmprof stream") connects and writes.
 
 use crate::sync::lock;
-use jvmprof_profile::records::{self, Framed, RecordWriter};
-use jvmprof_profile::{Frame, Profile};
+use jvmprof_profile::Profile;
+use jvmprof_profile::records::{self, Framed, RecordWriter, ThreadStack, ThreadsAt};
 use jvmprof_proto::wire::put_frame;
-use jvmprof_proto::{Hello, MAGIC, Message, Reply, Snapshot, VERSION};
+use jvmprof_proto::{Hello, MAGIC, Message, Reply, VERSION};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -51,10 +52,6 @@ const ACK_POLL: Duration = Duration::from_millis(200);
 /// How long `finish` waits for what is left to reach the collector.
 const FINISH_WAIT: Duration = Duration::from_secs(5);
 
-/// One thread in a snapshot (xdProf: id, name, group, daemon, state, logical start order, frames
-/// top first with line numbers): the protocol's thread record with resolved frames.
-pub type ThreadSnapshot = jvmprof_proto::ThreadDump<Frame>;
-
 #[derive(Clone, Debug)]
 pub struct StreamOptions {
     pub server: String,
@@ -74,11 +71,12 @@ struct Chunk {
     samples: u64,
     /// Its samples were dropped (definitions only).
     thin: bool,
+    /// It holds a thread snapshot (dropped when it is thinned).
+    snapshot: bool,
 }
 
 enum Item {
     Records(Chunk),
-    Snapshot(Snapshot),
     /// Trace mode: one encoded chunk of method traces and its number.
     Trace(u64, Vec<u8>),
 }
@@ -89,20 +87,6 @@ impl Item {
         match self {
             Item::Records(c) => 64 + c.bytes.len(),
             Item::Trace(_, c) => 32 + c.len(),
-            Item::Snapshot(s) => {
-                64 + s
-                    .threads
-                    .iter()
-                    .map(|t| {
-                        96 + t.name.len()
-                            + t.group.len()
-                            + t.frames
-                                .iter()
-                                .map(|f| 40 + f.class.len() + f.method.len() + f.descriptor.len())
-                                .sum::<usize>()
-                    })
-                    .sum::<usize>()
-            }
         }
     }
 }
@@ -165,8 +149,14 @@ impl Outbox {
             return false;
         };
         c.thin = true;
-        self.dropped.sample_batches += 1;
-        self.dropped.samples += c.samples;
+        if c.records > 0 {
+            self.dropped.sample_batches += 1;
+            self.dropped.samples += c.samples;
+        }
+        if c.snapshot {
+            c.snapshot = false;
+            self.dropped.snapshots += 1;
+        }
         if let Ok(thin) = records::merge::thin(&[&c.bytes]) {
             self.queued_bytes = self.queued_bytes + thin.len() - c.bytes.len();
             c.bytes = thin;
@@ -176,8 +166,8 @@ impl Outbox {
         true
     }
 
-    /// Drops the oldest snapshot or trace chunk (never the newest item), else the oldest record
-    /// chunk; false if nothing can go.
+    /// Drops the oldest trace chunk (never the newest item), else the oldest record chunk;
+    /// false if nothing can go.
     fn drop_oldest(&mut self) -> bool {
         let other = self
             .queue
@@ -188,11 +178,7 @@ impl Outbox {
             && let Some(old) = self.queue.remove(i)
         {
             self.queued_bytes -= old.cost();
-            match old {
-                Item::Snapshot(_) => self.dropped.snapshots += 1,
-                Item::Trace(..) => self.dropped.trace_chunks += 1,
-                Item::Records(_) => {}
-            }
+            self.dropped.trace_chunks += 1;
             return true;
         }
         let old = match self.unacked.pop_front() {
@@ -324,7 +310,13 @@ impl Stream {
     }
 
     fn records(&mut self, profile: &Profile, gained: &[(u32, Vec<u64>)], end: bool) {
-        let bytes = match self.writer.update(profile, gained, &[], end) {
+        let bytes = self.writer.update(profile, gained, &[], end);
+        self.queue_chunks(bytes, false);
+    }
+
+    /// Queues the framed chunks in `bytes` (or says why there are none).
+    fn queue_chunks(&mut self, bytes: std::io::Result<Vec<u8>>, snapshot: bool) {
+        let bytes = match bytes {
             Ok(b) => b,
             Err(e) => {
                 eprintln!("jvmprof: cannot encode records for the collector: {e}");
@@ -354,6 +346,7 @@ impl Stream {
                     records,
                     samples,
                     thin: false,
+                    snapshot,
                 }));
             }
         }
@@ -361,17 +354,14 @@ impl Stream {
         self.shared.wake.notify_all();
     }
 
-    /// Queues a snapshot of all threads.
-    pub fn threads(&mut self, time_unix_ms: u64, threads: Vec<ThreadSnapshot>) {
-        let mut o = self.shared.lock();
-        if !o.done {
-            o.push(Item::Snapshot(Snapshot {
-                time_unix_ms,
-                threads,
-            }));
-        }
-        drop(o);
-        self.shared.wake.notify_all();
+    /// Queues a snapshot of all threads (their stacks are `profile`'s).
+    pub fn threads(&mut self, profile: &Profile, time_unix_ms: u64, threads: Vec<ThreadStack>) {
+        let snapshot = ThreadsAt {
+            time_unix_ms,
+            threads,
+        };
+        let bytes = self.writer.threads(profile, &snapshot);
+        self.queue_chunks(bytes, true);
     }
 
     /// Queues one chunk of method traces (trace mode).
@@ -614,10 +604,6 @@ impl Connection {
                             },
                             &mut out,
                         ),
-                        Item::Snapshot(s) => {
-                            o.queued_bytes -= item.cost();
-                            put_frame(&Message::ThreadStacks(s.clone()), &mut out)
-                        }
                         Item::Trace(seq, chunk) => {
                             o.queued_bytes -= item.cost();
                             put_frame(
@@ -653,13 +639,11 @@ impl Connection {
             let written = sock.write_all(&out);
             {
                 // Written chunks wait for their Ack (and go out again after a reconnect if it
-                // never comes; the collector drops duplicates by seq). Snapshots are not kept.
+                // never comes; the collector drops duplicates by seq). Trace chunks are not kept.
                 let mut o = self.shared.lock();
                 for item in items {
                     match item {
                         Item::Records(c) => o.unacked.push_back(c),
-                        Item::Snapshot(_) if written.is_err() => o.dropped.snapshots += 1,
-                        Item::Snapshot(_) => o.sent_items += 1,
                         Item::Trace(..) if written.is_err() => o.dropped.trace_chunks += 1,
                         Item::Trace(..) => o.sent_items += 1,
                     }
@@ -770,7 +754,7 @@ fn read_reply(sock: &mut TcpStream) -> Result<Reply, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jvmprof_profile::{Meta, Metric, ProfileBuilder, Thread, ThreadState};
+    use jvmprof_profile::{Frame, Meta, Metric, ProfileBuilder, Thread, ThreadState};
     use jvmprof_proto::{Decoder, Event};
     use std::net::TcpListener;
 
@@ -846,16 +830,19 @@ mod tests {
         let st = b.stack(&[main, work]);
         let first = b.add(t, st, ThreadState::Running, &[2, 20]) as u32;
         s.samples(b.profile(), vec![(first, vec![2, 20])]);
+        let line3 = b.frame(Frame::java("A", "work", "()V", 3));
+        let snapped = b.stack(&[main, line3]);
         s.threads(
+            b.profile(),
             5,
-            vec![ThreadSnapshot {
+            vec![ThreadStack {
                 id: 1,
                 name: "main".into(),
                 group: "main".into(),
                 daemon: false,
                 state: ThreadState::Running,
                 order: 0,
-                frames: vec![Frame::java("A", "work", "()V", 3)],
+                stack: snapped,
             }],
         );
         b.add(t, st, ThreadState::Running, &[3, 30]);
@@ -870,29 +857,28 @@ mod tests {
         s.finish(&profile, Vec::new());
         let events = collector.join().unwrap();
         // Record chunks numbered from 1, replaying to the profile; the last one ends the stream.
+        // The snapshot is chunk 2, on the stream's own stacks.
         let mut replay = records::Replay::new();
         let mut seqs = Vec::new();
         let mut totals = Vec::new();
+        let mut snaps = Vec::new();
         for e in &events {
             if let Event::Records { seq, chunk, .. } = e {
                 seqs.push(*seq);
                 records::replay::apply_all(&mut replay, chunk).unwrap();
                 totals.push(replay.profile().total(0));
+                for t in replay.threads() {
+                    let frames = replay.profile().stacks.frames(t.threads[0].stack);
+                    let top = &replay.profile().frames[*frames.last().unwrap() as usize];
+                    snaps.push((*seq, t.time_unix_ms, top.line));
+                }
             }
         }
-        assert_eq!(seqs, vec![1, 2, 3]);
-        assert_eq!(totals, vec![2, 6, 6]);
+        assert_eq!(seqs, vec![1, 2, 3, 4]);
+        assert_eq!(totals, vec![2, 2, 6, 6]);
+        assert_eq!(snaps, vec![(2, 5, 3)]);
         assert!(replay.ended());
         assert_eq!(replay.finish().unwrap().0, profile);
-        let snap = events
-            .iter()
-            .find_map(|e| match e {
-                Event::Snapshot(s) => Some(s),
-                _ => None,
-            })
-            .unwrap();
-        assert_eq!(snap.time_unix_ms, 5);
-        assert_eq!(snap.threads[0].frames[0].line, 3);
         assert_eq!(events.last(), Some(&Event::Bye));
     }
 
@@ -904,6 +890,7 @@ mod tests {
             records: 1,
             samples: seq,
             thin: false,
+            snapshot: false,
         }
     }
 
@@ -928,7 +915,7 @@ mod tests {
             .iter()
             .map(|i| match i {
                 Item::Records(c) => c.seq,
-                Item::Snapshot(_) | Item::Trace(..) => 0,
+                Item::Trace(..) => 0,
             })
             .collect();
         assert_eq!(seqs, vec![3, 4]);
@@ -987,6 +974,7 @@ mod tests {
                 records: samples.len() as u64,
                 samples: sum,
                 thin: false,
+                snapshot: false,
             }));
             assert!(o.queued_bytes <= MAX_QUEUED_BYTES);
         }
@@ -1015,35 +1003,46 @@ mod tests {
             .unwrap()
             .port();
         let mut s = Stream::start(options(format!("127.0.0.1:{port}")), Hello::default());
-        let big: Vec<ThreadSnapshot> = (0..1000)
-            .map(|i| ThreadSnapshot {
-                id: i,
-                name: format!("worker-{i}"),
-                group: "main".into(),
-                daemon: false,
-                state: ThreadState::Waiting,
-                order: i as u64,
-                frames: vec![Frame::java("A", "run", "()V", 1); 20],
+        // Snapshots of 1,000 threads, each on a stack of its own: each snapshot's chunk is
+        // about 30 KB, so the queue fills; thinning drops the snapshots and counts them.
+        let mut b = builder();
+        let root = b.frame(Frame::java("A", "run", "()V", 1));
+        let big: Vec<ThreadStack> = (0..1000)
+            .map(|i| {
+                let f = b.frame(Frame::java("A", &format!("work{i}"), "()V", 2));
+                ThreadStack {
+                    id: i,
+                    name: format!("worker-{i}"),
+                    group: "main".into(),
+                    daemon: false,
+                    state: ThreadState::Waiting,
+                    order: i as u64,
+                    stack: b.stack(&[root, f]),
+                }
             })
             .collect();
-        let per = Item::Snapshot(Snapshot {
-            time_unix_ms: 0,
-            threads: big.clone(),
-        })
-        .cost();
-        let n = 2 * MAX_QUEUED_BYTES / per + 10;
-        for i in 0..n {
-            s.threads(i as u64, big.clone());
+        let mut n = 0;
+        while s.dropped().snapshots == 0 {
+            s.threads(b.profile(), n, big.clone());
+            n += 1;
         }
         let o = s.shared.lock();
         assert!(o.queued_bytes <= MAX_QUEUED_BYTES);
+        let kept = o
+            .queue
+            .iter()
+            .filter(|i| matches!(i, Item::Records(c) if c.snapshot))
+            .count();
         assert_eq!(
-            o.dropped.snapshots as usize + o.queue.len(),
-            n,
+            o.dropped.snapshots as usize + kept,
+            n as usize,
             "every snapshot is either queued or counted as dropped"
         );
-        assert!(o.dropped.snapshots > 0);
+        assert_eq!(
+            o.dropped.chunks, 0,
+            "the first chunk's definitions are kept"
+        );
         drop(o);
-        s.finish(&builder().finish(), Vec::new());
+        s.finish(&b.finish(), Vec::new());
     }
 }

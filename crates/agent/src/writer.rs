@@ -12,9 +12,10 @@ use crate::running::Shared;
 use crate::say::say;
 use crate::sink::Sink;
 use crate::state::AgentState;
-use crate::stream::{Stream, StreamOptions, ThreadSnapshot};
+use crate::stream::{Stream, StreamOptions};
 use crate::sync::lock;
 use jvmprof_jvmti::{Env, Jni, os};
+use jvmprof_profile::records::ThreadStack;
 use jvmprof_profile::{ExportOptions, Format, Meta, Metric, Profile};
 use std::collections::HashMap;
 use std::path::Path;
@@ -337,22 +338,22 @@ impl Writer {
             let id = jni.java_thread_id(ts.thread).unwrap_or(-1);
             let next = self.thread_order.len() as u64;
             let order = *self.thread_order.entry(id).or_insert(next);
-            let frames = ts
+            // Top first from JVMTI; the stream's stacks are root first.
+            let frames: Vec<u32> = ts
                 .frames
                 .iter()
-                .map(|&(method, bci)| {
-                    let fid = self.sink.java_frame(jni, method, bci);
-                    self.sink.profile().frames[fid as usize].clone()
-                })
+                .rev()
+                .map(|&(method, bci)| self.sink.java_frame(jni, method, bci))
                 .collect();
-            snapshot.push(ThreadSnapshot {
+            let stack = self.sink.stack(&frames);
+            snapshot.push(ThreadStack {
                 id,
                 name: details.name,
                 group: details.group,
                 daemon: details.daemon,
                 state: map_state(ts.state),
                 order,
-                frames,
+                stack,
             });
         }
         let now = SystemTime::now()
@@ -360,7 +361,7 @@ impl Writer {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
         if let Some(stream) = &mut self.stream {
-            stream.threads(now, snapshot);
+            stream.threads(self.sink.profile(), now, snapshot);
         }
     }
 

@@ -1,8 +1,8 @@
 //! Load generator for `jvmprof serve` (used by bench/collector): AGENTS simulated agents, each on
 //! its own connection and thread, speak the real protocol (version 4) as fast as the collector
-//! takes it for SECONDS: a thread snapshot (THREADS threads, stacks DEPTH deep from a pool of
-//! frames) and a record chunk (BATCH sample records, made by the agent's own `RecordWriter` from
-//! a growing profile) in turn, like an agent with 1 s snapshots and 1 s chunks.
+//! takes it for SECONDS: record chunks made by the agent's own `RecordWriter` from a growing
+//! profile, each message a thread snapshot (THREADS threads on stacks DEPTH deep from a pool of
+//! frames) and BATCH sample records, like an agent with 1 s snapshots and 1 s chunks.
 //!
 //! Like the real agent (`crates/agent/src/stream.rs`), a connection keeps its chunks until
 //! the collector acknowledges them as stored, and keeps at most WINDOW of them unacknowledged:
@@ -18,10 +18,10 @@
 //!
 //! Usage: loadgen ADDR AGENTS SECONDS [THREADS=30] [DEPTH=24] [BATCH=50] [WINDOW=8]
 
-use jvmprof_profile::records::RecordWriter;
+use jvmprof_profile::records::{RecordWriter, ThreadStack, ThreadsAt};
 use jvmprof_profile::{Frame, Meta, Metric, ProfileBuilder, Thread, ThreadState};
 use jvmprof_proto::wire::put_frame;
-use jvmprof_proto::{Hello, MAGIC, Message, Reply, Snapshot, ThreadDump, VERSION};
+use jvmprof_proto::{Hello, MAGIC, Message, Reply, VERSION};
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -224,46 +224,24 @@ fn agent(addr: &str, n: usize, seconds: f64, shape: (usize, usize, usize), windo
         if written == next.len() {
             next.clear();
             written = 0;
-            let snap = Snapshot {
+            let snap = ThreadsAt {
                 time_unix_ms: 1_000 + sent.snapshots,
                 threads: (0..threads)
-                    .map(|i| ThreadDump {
+                    .map(|i| ThreadStack {
                         id: i as i64 + 1,
                         name: format!("worker-{i}"),
                         group: "main".into(),
                         daemon: false,
                         state: states[rng.next(states.len())],
                         order: i as u64,
-                        frames: t.stacks[rng.next(t.stacks.len())]
-                            .iter()
-                            .rev()
-                            .copied()
-                            .collect(),
+                        stack: stack_ids[rng.next(stack_ids.len())],
                     })
                     .collect(),
             };
-            let snap = Snapshot {
-                time_unix_ms: snap.time_unix_ms,
-                threads: snap
-                    .threads
-                    .into_iter()
-                    .map(|th| ThreadDump {
-                        frames: th
-                            .frames
-                            .iter()
-                            .map(|f| t.frames[*f as usize].clone())
-                            .collect(),
-                        id: th.id,
-                        name: th.name,
-                        group: th.group,
-                        daemon: th.daemon,
-                        state: th.state,
-                        order: th.order,
-                    })
-                    .collect(),
-            };
-            put_frame(&Message::ThreadStacks(snap), &mut next);
-            sent.snapshot_bytes = next.len() as u64;
+            // The snapshot and the samples as one message of two chunks (an agent sends each
+            // chunk as a message of its own; this keeps the window counting batches).
+            let mut chunk = writer.threads(b.profile(), &snap).expect("records encode");
+            sent.snapshot_bytes = chunk.len() as u64;
             let mut gained: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
             let mut weight = 0;
             for _ in 0..batch {
@@ -281,9 +259,11 @@ fn agent(addr: &str, n: usize, seconds: f64, shape: (usize, usize, usize), windo
                 weight += k;
             }
             let gained: Vec<(u32, Vec<u64>)> = gained.into_iter().collect();
-            let chunk = writer
-                .update(b.profile(), &gained, &[], false)
-                .expect("records encode");
+            chunk.extend(
+                writer
+                    .update(b.profile(), &gained, &[], false)
+                    .expect("records encode"),
+            );
             put_frame(
                 &Message::Records {
                     seq: seq + 1,

@@ -266,6 +266,14 @@ fn records(hub: &Hub, id: u64, seq: u64, time_unix_ms: u64, chunk: Arc<[u8]>) {
         bump(&hub.stats.samples, samples);
     }
     hub.store.put_chunk(id, seq, time_unix_ms, chunk.clone());
+    let (snapshots, newest) = hub.streams.apply(&hub.store, id, &chunk);
+    bump(&hub.stats.snapshots, snapshots);
+    if let Some(s) = newest {
+        let trace = Trace::Snapshot(s);
+        for a in &hub.analyses {
+            a.add_trace(id, &trace);
+        }
+    }
     let trace = Trace::Records {
         seq,
         time_unix_ms,

@@ -27,6 +27,8 @@ pub struct Hub {
     pub heaps: Arc<heaps::Heaps>,
     /// Method traces streamed per VM (trace mode).
     pub traces: Arc<traces::Traces>,
+    /// Each VM's record stream as replayed so far (resolves its snapshots).
+    pub streams: crate::streams::Streams,
     /// Bytes all agent connections make the collector hold (see `MAX_ALL_CONNECTIONS_BYTES`).
     pub held: std::sync::atomic::AtomicUsize,
     /// Per address: the minute (since the epoch) and how many new VMs it created in it.
@@ -75,6 +77,7 @@ impl Hub {
             stats: Stats::default(),
             heaps,
             traces,
+            streams: Default::default(),
             held: std::sync::atomic::AtomicUsize::new(0),
             new_vms: Mutex::new(std::collections::HashMap::new()),
         })
@@ -97,6 +100,7 @@ impl Hub {
         for a in &self.analyses {
             a.remove_vm(id);
         }
+        self.streams.remove(id);
         self.heaps.remove(id);
         self.traces.remove(id);
     }

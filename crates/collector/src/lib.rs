@@ -27,6 +27,7 @@ mod push_config;
 mod registry;
 mod stats;
 pub mod store;
+mod streams;
 pub mod traces;
 
 pub use config::Config;

@@ -3,8 +3,8 @@
 //!
 //! Since version 4 an agent sends the record stream itself (`jvmprof_profile::records`, the
 //! chunks its native file holds): [`Message::Records`] carries framed chunks numbered from 1
-//! for the life of the agent, which the collector acknowledges once stored, and thread
-//! snapshots carry their frames inline. Versions 1 to 3 sent per-connection tables and sample
+//! for the life of the agent, which the collector acknowledges once stored; thread snapshots are
+//! records of the stream too. Versions 1 to 3 sent per-connection tables and sample
 //! deltas ([`legacy`]); the [`Decoder`] still accepts them and resolves their batches into small
 //! profiles, which the collector turns into records.
 //!
@@ -416,7 +416,6 @@ impl Decoder {
                     chunk,
                 }));
             }
-            Message::ThreadStacks(snapshot) => return Ok(Some(Event::Snapshot(snapshot))),
             Message::Trace { seq, chunk } => {
                 let (trace, damage) =
                     jvmprof_profile::trace::log::read_chunks(&chunk, "trace chunk");

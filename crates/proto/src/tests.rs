@@ -397,7 +397,7 @@ fn trace_chunks_pass_whole_and_damaged_ones_are_refused() {
 }
 
 #[test]
-fn version_4_carries_record_chunks_and_inline_snapshots_and_refuses_damaged_chunks() {
+fn version_4_carries_record_chunks_and_refuses_damaged_chunks() {
     let mut b = ProfileBuilder::new(Meta {
         modes: vec!["cpu".into()],
         metrics: vec![Metric::Samples, Metric::Ns],
@@ -413,18 +413,6 @@ fn version_4_carries_record_chunks_and_inline_snapshots_and_refuses_damaged_chun
     b.add(t, s, ThreadState::Running, &[2, 20]);
     let profile = b.finish();
     let chunk = jvmprof_profile::records::RecordWriter::whole(&profile, &[]).unwrap();
-    let snapshot = Snapshot {
-        time_unix_ms: 7,
-        threads: vec![ThreadDump {
-            id: 1,
-            name: "main".into(),
-            group: "main".into(),
-            daemon: false,
-            state: ThreadState::Running,
-            order: 0,
-            frames: vec![Frame::java("a.B", "c", "()V", 3)],
-        }],
-    };
     let mut input = Vec::new();
     Encoder::new().hello(&hello(), &mut input);
     let records = Message::Records {
@@ -433,9 +421,8 @@ fn version_4_carries_record_chunks_and_inline_snapshots_and_refuses_damaged_chun
         chunk: chunk.clone(),
     };
     put_frame(&records, &mut input);
-    put_frame(&Message::ThreadStacks(snapshot.clone()), &mut input);
     let events = decode_all(&input, 7).unwrap();
-    assert_eq!(events.len(), 3);
+    assert_eq!(events.len(), 2);
     assert_eq!(
         events[1],
         Event::Records {
@@ -444,7 +431,6 @@ fn version_4_carries_record_chunks_and_inline_snapshots_and_refuses_damaged_chun
             chunk: chunk.clone()
         }
     );
-    assert_eq!(events[2], Event::Snapshot(snapshot));
     // The chunks replay to the profile the agent had.
     let mut r = jvmprof_profile::records::Replay::new();
     jvmprof_profile::records::replay::apply_all(&mut r, &chunk).unwrap();

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 pub const MAGIC: [u8; 4] = *b"JVMP";
 /// The protocol version this crate speaks; the collector rejects other versions by name.
 /// Version 2 added [`Message::Labels`], version 3 [`Message::Trace`], version 4 the record stream
-/// ([`Message::Records`], [`Message::ThreadStacks`]) in place of tables and sample deltas; older
-/// agents (which never send them) are accepted.
+/// ([`Message::Records`], thread snapshots included) in place of tables, sample deltas and
+/// snapshots; older agents (which never send them) are accepted.
 pub const VERSION: u16 = 4;
 /// The oldest version the decoder accepts.
 pub const MIN_VERSION: u16 = 1;
@@ -143,8 +143,6 @@ pub enum Message {
         time_unix_ms: u64,
         chunk: Vec<u8>,
     },
-    /// Version 4: the stacks of all threads at one moment, frames inline (no tables).
-    ThreadStacks(crate::Snapshot),
 }
 
 impl Message {
@@ -163,7 +161,6 @@ impl Message {
             Message::Labels(_) => "Labels",
             Message::Trace { .. } => "Trace",
             Message::Records { .. } => "Records",
-            Message::ThreadStacks(_) => "ThreadStacks",
         }
     }
 }

@@ -39,6 +39,9 @@ pub trait Backend: Send + Sync {
 
     fn snapshots(&self) -> anyhow::Result<Vec<(u64, Snapshot)>>;
 
+    /// Every chunk stored of the VM's record stream, in order.
+    fn stream_chunks(&self, vm: u64) -> anyhow::Result<Vec<Vec<u8>>>;
+
     /// (time, samples, CPU or wall ns) of the VM's stored samples in `[from, to]`, by time.
     fn series(&self, vm: u64, from: u64, to: u64) -> anyhow::Result<Vec<(u64, u64, u64)>>;
 

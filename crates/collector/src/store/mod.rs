@@ -10,6 +10,8 @@ mod merge;
 mod queue;
 pub mod redb;
 mod replay;
+
+pub(crate) use replay::starts_stream;
 mod types;
 
 pub use backend::{Backend, Pending, VmSamples};
@@ -123,6 +125,12 @@ impl Store {
 
     pub fn vms(&self) -> anyhow::Result<Vec<VmRecord>> {
         self.0.vms()
+    }
+
+    /// Every chunk stored of `vm`'s record stream, in order (rollups and thinned chunks keep
+    /// every id, so replaying them resolves what the VM sends next).
+    pub fn stream_chunks(&self, vm: u64) -> anyhow::Result<Vec<Vec<u8>>> {
+        self.0.stream_chunks(vm)
     }
 
     pub fn snapshots(&self) -> anyhow::Result<Vec<(u64, Snapshot)>> {

@@ -135,7 +135,8 @@ fn rewrite(parts: &[&[u8]], values: bool) -> Result<Vec<u8>, String> {
                             *a = a.saturating_add(*x);
                         }
                     }
-                    Record::Add { .. } | Record::Time { .. } => {}
+                    // Snapshots are for the live view: a rollup or a thinned chunk keeps none.
+                    Record::Add { .. } | Record::Time { .. } | Record::Threads(_) => {}
                     Record::Trace(_) if !values => {}
                     Record::End => ended = true,
                     other => out.push(other),

@@ -88,6 +88,29 @@ pub enum Record {
     Trace(tracelog::Chunk),
     /// The session ended; nothing follows.
     End,
+    /// The stacks of all threads at one moment (xdProf's snapshot, for the collector's live
+    /// view): each thread's stack is a stack of the stream.
+    Threads(ThreadsAt),
+}
+
+/// All threads at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadsAt {
+    pub time_unix_ms: u64,
+    pub threads: Vec<ThreadStack>,
+}
+
+/// One thread of a [`ThreadsAt`]: `Thread.getId()`, name, group, daemon, state, the order in
+/// which the agent first saw it, and its stack (an id of the stream, root first).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadStack {
+    pub id: i64,
+    pub name: String,
+    pub group: String,
+    pub daemon: bool,
+    pub state: ThreadState,
+    pub order: u64,
+    pub stack: u32,
 }
 
 /// [`Record`] by reference, for writing without copying (the same encoding, variant for
@@ -119,6 +142,7 @@ pub(crate) enum RecordRef<'a> {
     },
     Trace(&'a tracelog::Chunk),
     End,
+    Threads(&'a ThreadsAt),
 }
 
 /// Frames `payload` as a chunk: length, CRC-32, payload.

@@ -7,7 +7,7 @@
 //! records would have made are filled with `[lost]` placeholders so that later chunks keep
 //! their meaning.
 
-use super::{ChunkHead, Framed, Record, body, decode, next_chunk};
+use super::{ChunkHead, Framed, Record, ThreadsAt, body, decode, next_chunk};
 use crate::model::{Frame, FrameKind, Profile, Sample, Stacks, Thread, ThreadState, TimedSample};
 use crate::trace::log::{self as tracelog, VmTrace};
 use std::collections::HashMap;
@@ -25,6 +25,8 @@ pub struct Replay {
     ended: bool,
     /// Samples that the last chunk added to, with what they gained (for [`Tail`]).
     gained: Vec<(u32, Vec<u64>)>,
+    /// The thread snapshots of the last chunk.
+    threads: Vec<ThreadsAt>,
     /// Whether sample values count ([`Replay::counting`]): a chunk outside a queried time range
     /// still defines frames, stacks, threads and samples, but adds nothing.
     muted: bool,
@@ -76,6 +78,7 @@ impl Replay {
     /// Applies a chunk's records.
     pub fn apply(&mut self, head: ChunkHead, records: Vec<Record>) -> Result<(), String> {
         self.gained.clear();
+        self.threads.clear();
         if self.ended {
             return Err(format!("chunk {} after the end of the stream", head.seq));
         }
@@ -260,6 +263,21 @@ impl Replay {
                 tracelog::merge(t, chunk, by_id);
             }
             Record::End => self.ended = true,
+            Record::Threads(t) => {
+                if let Some(bad) = t
+                    .threads
+                    .iter()
+                    .find(|t| t.stack as usize >= p.stacks.len())
+                {
+                    return Err(format!(
+                        "thread {} is on stack {} but there are {} stacks",
+                        bad.id,
+                        bad.stack,
+                        p.stacks.len()
+                    ));
+                }
+                self.threads.push(t);
+            }
         }
         Ok(())
     }
@@ -272,6 +290,11 @@ impl Replay {
     /// The samples the last chunk added to, and what each gained.
     pub fn gained(&self) -> &[(u32, Vec<u64>)] {
         &self.gained
+    }
+
+    /// The thread snapshots of the last chunk (their stacks are the profile's).
+    pub fn threads(&self) -> &[ThreadsAt] {
+        &self.threads
     }
 
     /// Whether the stream's `End` record came.

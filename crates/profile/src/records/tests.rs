@@ -266,6 +266,10 @@ fn record_refs_encode_as_records() {
             },
         ),
         (postcard::to_allocvec(&RecordRef::End).unwrap(), Record::End),
+        (
+            postcard::to_allocvec(&RecordRef::Threads(&snapshot(3))).unwrap(),
+            Record::Threads(snapshot(3)),
+        ),
     ];
     for (bytes, want) in pairs {
         assert_eq!(postcard::from_bytes::<Record>(&bytes).unwrap(), want);
@@ -341,4 +345,56 @@ fn thinned_chunks_keep_every_id_for_the_chunks_after_them() {
     let (records, first) = merge::weight(&merge::decode_framed(&bytes).unwrap());
     assert_eq!(first, p.total(0));
     assert!(records >= p.samples.len() as u64);
+}
+
+fn snapshot(stack: u32) -> ThreadsAt {
+    ThreadsAt {
+        time_unix_ms: 77,
+        threads: vec![ThreadStack {
+            id: 1,
+            name: "main".into(),
+            group: "main".into(),
+            daemon: false,
+            state: ThreadState::Waiting,
+            order: 0,
+            stack,
+        }],
+    }
+}
+
+#[test]
+fn thread_snapshots_ride_the_stream_on_its_stacks_and_leave_the_profile_alone() {
+    let (p, _) = grown(3);
+    let mut w = RecordWriter::new();
+    let mut first = w.update(&p, &write::everything(&p), &[], false).unwrap();
+    let last = (p.stacks.len() - 1) as u32;
+    first.extend(w.threads(&p, &snapshot(last)).unwrap());
+    let mut r = Replay::new();
+    let mut seen = Vec::new();
+    let mut at = 0;
+    while let Framed::Chunk(payload, n) = next_chunk(&first[at..]) {
+        r.apply_payload(payload).unwrap();
+        seen.extend(r.threads().iter().cloned());
+        at += n;
+    }
+    assert_eq!(seen, vec![snapshot(last)]);
+    let (got, _) = r.finish().unwrap();
+    assert_eq!(got.total(0), p.total(0));
+    // A stack the stream has not defined is refused by the writer and by the reader.
+    assert!(w.threads(&p, &snapshot(last + 1)).is_err());
+    let mut body = postcard::to_allocvec(&ChunkHead {
+        seq: 9,
+        ..ChunkHead::default()
+    })
+    .unwrap();
+    body.extend(postcard::to_allocvec(&Record::Threads(snapshot(0))).unwrap());
+    let e = Replay::new()
+        .apply(decode(&body).unwrap().0, decode(&body).unwrap().1)
+        .unwrap_err();
+    assert!(e.contains("stack 0 but there are 0 stacks"), "{e}");
+    // Rollups and thinning keep no snapshot.
+    let merged = merge::merge(&[&first]).unwrap();
+    let mut r = Replay::new();
+    apply_all(&mut r, &merged).unwrap();
+    assert!(r.threads().is_empty());
 }

@@ -6,7 +6,7 @@
 //! stacks, threads, samples and timeline entries only grow in a profile being built, so the
 //! writer remembers how many of each it has written and writes the rest.
 
-use super::{CHUNK_TARGET, ChunkHead, DEFLATE, MAX_CHUNK, RAW, RecordRef, frame_chunk};
+use super::{CHUNK_TARGET, ChunkHead, DEFLATE, MAX_CHUNK, RAW, RecordRef, ThreadsAt, frame_chunk};
 use crate::model::{Meta, Profile, Stacks};
 use crate::trace::log as tracelog;
 use flate2::Compression;
@@ -49,25 +49,7 @@ impl RecordWriter {
         if self.ended {
             return Ok(Vec::new());
         }
-        if self.meta.as_ref() != Some(&profile.meta) {
-            self.push(&RecordRef::Meta(&profile.meta))?;
-            self.meta = Some(profile.meta.clone());
-        }
-        for f in &profile.frames[self.written.frames as usize..] {
-            self.push(&RecordRef::Frame(f))?;
-            self.written.frames += 1;
-        }
-        let stacks = &profile.stacks;
-        for s in self.written.stacks..stacks.len() as u32 {
-            let parent = stacks.parent(s).unwrap_or(Stacks::NONE);
-            let frame = stacks.top(s).unwrap_or(Stacks::NONE);
-            self.push(&RecordRef::Stack { parent, frame })?;
-            self.written.stacks += 1;
-        }
-        for t in &profile.threads[self.written.threads as usize..] {
-            self.push(&RecordRef::Thread(t))?;
-            self.written.threads += 1;
-        }
+        self.definitions(profile)?;
         for (index, values) in gained {
             let Some(s) = profile.samples.get(*index as usize) else {
                 return Err(io::Error::other(format!("no sample {index} to record")));
@@ -114,6 +96,64 @@ impl RecordWriter {
         }
         self.cut()?;
         Ok(std::mem::take(&mut self.out))
+    }
+
+    /// Records the stacks of all threads at one moment (`threads`, whose stacks are `profile`'s),
+    /// after what `profile` defined since the last call (not its samples: they go with
+    /// [`RecordWriter::update`]). Returns the framed chunk.
+    pub fn threads(&mut self, profile: &Profile, threads: &ThreadsAt) -> io::Result<Vec<u8>> {
+        if self.ended {
+            return Ok(Vec::new());
+        }
+        self.definitions(profile)?;
+        if let Some(bad) = threads
+            .threads
+            .iter()
+            .find(|t| t.stack >= self.written.stacks)
+        {
+            return Err(io::Error::other(format!(
+                "thread {} is on stack {} of {}",
+                bad.id, bad.stack, self.written.stacks
+            )));
+        }
+        self.push(&RecordRef::Threads(threads))?;
+        self.cut()?;
+        Ok(std::mem::take(&mut self.out))
+    }
+
+    /// Records the metadata if it changed and the frames, stacks and threads `profile` has
+    /// that were not recorded yet.
+    fn definitions(&mut self, profile: &Profile) -> io::Result<()> {
+        let w = &self.written;
+        if profile.frames.len() < w.frames as usize
+            || profile.stacks.len() < w.stacks as usize
+            || profile.threads.len() < w.threads as usize
+            || profile.samples.len() < w.samples as usize
+        {
+            return Err(io::Error::other(
+                "the profile has fewer frames, stacks, threads or samples than were recorded",
+            ));
+        }
+        if self.meta.as_ref() != Some(&profile.meta) {
+            self.push(&RecordRef::Meta(&profile.meta))?;
+            self.meta = Some(profile.meta.clone());
+        }
+        for f in &profile.frames[self.written.frames as usize..] {
+            self.push(&RecordRef::Frame(f))?;
+            self.written.frames += 1;
+        }
+        let stacks = &profile.stacks;
+        for s in self.written.stacks..stacks.len() as u32 {
+            let parent = stacks.parent(s).unwrap_or(Stacks::NONE);
+            let frame = stacks.top(s).unwrap_or(Stacks::NONE);
+            self.push(&RecordRef::Stack { parent, frame })?;
+            self.written.stacks += 1;
+        }
+        for t in &profile.threads[self.written.threads as usize..] {
+            self.push(&RecordRef::Thread(t))?;
+            self.written.threads += 1;
+        }
+        Ok(())
     }
 
     /// A whole profile and trace mode's `traces` as chunks (every sample with all its values),

@@ -403,6 +403,19 @@ impl Backend for ClickHouse {
         Ok(out)
     }
 
+    fn stream_chunks(&self, vm: u64) -> anyhow::Result<Vec<Vec<u8>>> {
+        let db = &self.client.db;
+        let bytes = self.client.query(&format!(
+            "SELECT data FROM {db}.chunks FINAL WHERE vm = {vm} ORDER BY seq"
+        ))?;
+        let mut r = Reader { b: &bytes };
+        let mut out = Vec::new();
+        while !r.done() {
+            out.push(r.bytes()?.to_vec());
+        }
+        Ok(out)
+    }
+
     fn snapshots(&self) -> anyhow::Result<Vec<(u64, Snapshot)>> {
         let db = &self.client.db;
         let bytes = self.client.query(&format!(

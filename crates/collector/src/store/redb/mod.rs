@@ -321,6 +321,16 @@ impl Backend for Redb {
         Ok(out)
     }
 
+    fn stream_chunks(&self, vm: u64) -> anyhow::Result<Vec<Vec<u8>>> {
+        let r = self.db.begin_read()?;
+        let t = r.open_table(CHUNKS)?;
+        let mut out = Vec::new();
+        for e in t.range((vm, 0)..=(vm, u64::MAX))? {
+            out.push(chunks::Stored::read(e?.1.value())?.bytes.to_vec());
+        }
+        Ok(out)
+    }
+
     /// One point per stored chunk or rollup.
     fn series(&self, vm: u64, from: u64, to: u64) -> anyhow::Result<Vec<(u64, u64, u64)>> {
         let mut out = Vec::new();
