@@ -111,7 +111,8 @@ fn main() -> anyhow::Result<()> {
     }
     rt.block_on(store.barrier());
     let seconds = began.elapsed().as_secs_f64();
-    loop {
+    // FILLDAY_NO_MAINTAIN=1: leave the store as ingest wrote it (to measure the two apart).
+    while std::env::var_os("FILLDAY_NO_MAINTAIN").is_none() {
         let done = rt.block_on(store.maintain(now, Retention::default(), HashSet::new()))?;
         if !done.more {
             break;

@@ -6,7 +6,7 @@ use crate::analysis::Trace;
 use crate::hub::{Hub, MAX_NEW_VMS_PER_MINUTE};
 use crate::stats::bump;
 use crate::store::now_ms;
-use jvmprof_profile::records::{RecordWriter, merge};
+use jvmprof_profile::records::RecordWriter;
 use jvmprof_proto::{Decoder, Event, MAGIC, Reply};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -65,13 +65,30 @@ pub(crate) async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) 
         hub: &hub,
         bytes: 0,
     };
+    let commits = hub.store.commits();
+    let mut silent_until = tokio::time::Instant::now() + IDLE_TIMEOUT;
     let problem: Option<String> = 'conn: loop {
-        let n = match tokio::time::timeout(IDLE_TIMEOUT, sock.read(&mut buf)).await {
-            Err(_) => break Some(format!("silent for {} s", IDLE_TIMEOUT.as_secs())),
-            Ok(Err(e)) => break Some(e.to_string()),
-            Ok(Ok(0)) => break dec.finish().err().map(|e| e.to_string()),
-            Ok(Ok(n)) => n,
+        // Read, or acknowledge as soon as the store commits (an agent whose window is full
+        // sends nothing until it hears).
+        let read = tokio::select! {
+            r = tokio::time::timeout_at(silent_until, sock.read(&mut buf)) => Some(r),
+            _ = commits.notified(), if vm.is_some() => None,
         };
+        let n = match read {
+            None => {
+                if let Some(id) = vm
+                    && !send_ack(&hub, &mut sock, id, &mut acked).await
+                {
+                    break Some("cannot send acknowledgements".into());
+                }
+                continue;
+            }
+            Some(Err(_)) => break Some(format!("silent for {} s", IDLE_TIMEOUT.as_secs())),
+            Some(Ok(Err(e))) => break Some(e.to_string()),
+            Some(Ok(Ok(0))) => break dec.finish().err().map(|e| e.to_string()),
+            Some(Ok(Ok(n))) => n,
+        };
+        silent_until = tokio::time::Instant::now() + IDLE_TIMEOUT;
         bump(&hub.stats.bytes, n as u64);
         received += n;
         if vm.is_none() && received > MAX_HANDSHAKE {
@@ -260,15 +277,12 @@ pub(crate) async fn agent(hub: Arc<Hub>, mut sock: TcpStream, peer: SocketAddr) 
 /// Stores record chunks `seq` of VM `id` and shows them to the analyses.
 fn records(hub: &Hub, id: u64, seq: u64, time_unix_ms: u64, chunk: Arc<[u8]>) {
     bump(&hub.stats.sample_batches, 1);
-    if let Ok(decoded) = merge::decode_framed(&chunk) {
-        let (records, samples) = merge::weight(&decoded);
-        bump(&hub.stats.sample_records, records);
-        bump(&hub.stats.samples, samples);
-    }
     hub.store.put_chunk(id, seq, time_unix_ms, chunk.clone());
-    let (snapshots, newest) = hub.streams.apply(&hub.store, id, &chunk);
-    bump(&hub.stats.snapshots, snapshots);
-    if let Some(s) = newest {
+    let seen = hub.streams.apply(&hub.store, id, &chunk);
+    bump(&hub.stats.sample_records, seen.records);
+    bump(&hub.stats.samples, seen.samples);
+    bump(&hub.stats.snapshots, seen.snapshots);
+    if let Some(s) = seen.newest {
         let trace = Trace::Snapshot(s);
         for a in &hub.analyses {
             a.add_trace(id, &trace);

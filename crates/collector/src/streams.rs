@@ -54,14 +54,38 @@ fn muted() -> Replay {
     r
 }
 
+/// What a VM's chunks held: sample records and the samples they weigh (their first values),
+/// thread snapshots, and the newest snapshot resolved when it is due.
+#[derive(Default)]
+pub struct Seen {
+    pub records: u64,
+    pub samples: u64,
+    pub snapshots: u64,
+    pub newest: Option<Snapshot>,
+}
+
 impl Streams {
-    /// Applies chunk(s) `chunk` of `vm`: how many thread snapshots they carry, and the newest
-    /// one resolved when none was in the last [`RESOLVE_EVERY`].
-    pub fn apply(&self, store: &Store, vm: u64, chunk: &[u8]) -> (u64, Option<Snapshot>) {
+    /// Applies chunk(s) `chunk` of `vm` (each decoded once, here).
+    pub fn apply(&self, store: &Store, vm: u64, chunk: &[u8]) -> Seen {
+        let mut seen = Seen::default();
+        let mut decoded = Vec::new();
+        let mut rest = chunk;
+        while let Framed::Chunk(payload, n) = records::next_chunk(rest) {
+            rest = &rest[n..];
+            if let Ok(d) = records::body(payload).and_then(|b| records::decode(&b)) {
+                decoded.push(d);
+            }
+        }
+        (seen.records, seen.samples) = records::merge::weight(&decoded);
+        seen.snapshots = decoded
+            .iter()
+            .flat_map(|(_, rs)| rs)
+            .filter(|r| matches!(r, records::Record::Threads(_)))
+            .count() as u64;
         let entry = self.vms.lock().unwrap().entry(vm).or_default().clone();
         let mut s = entry.lock().unwrap();
         if s.over {
-            return (count_threads(chunk), None);
+            return seen;
         }
         if crate::store::starts_stream(chunk) || s.replay.is_none() {
             let mut replay = muted();
@@ -84,21 +108,17 @@ impl Streams {
         }
         s.applied += 1;
         let Some(replay) = s.replay.as_mut() else {
-            return (0, None);
+            return seen;
         };
-        let mut snapshots = 0;
         let mut newest: Option<ThreadsAt> = None;
-        let mut rest = chunk;
-        while let Framed::Chunk(payload, n) = records::next_chunk(rest) {
-            rest = &rest[n..];
-            if let Err(e) = replay.apply_payload(payload) {
+        for (head, rs) in decoded {
+            if let Err(e) = replay.apply(head, rs) {
                 eprintln!(
                     "jvmprof serve: the stream of VM {vm} is inconsistent ({e}); its snapshots are not shown until it starts again"
                 );
                 s.replay = None;
-                return (snapshots, None);
+                return seen;
             }
-            snapshots += replay.threads().len() as u64;
             if let Some(t) = replay.threads().last() {
                 newest = Some(t.clone());
             }
@@ -110,38 +130,20 @@ impl Streams {
             );
             s.replay = None;
             s.over = true;
-            return (snapshots, None);
+            return seen;
         }
         let due = s.resolved.is_none_or(|t| t.elapsed() >= RESOLVE_EVERY);
-        let resolved = match newest {
-            Some(t) if due => {
-                s.resolved = Some(Instant::now());
-                s.replay.as_ref().map(|r| resolve(r.profile(), t))
-            }
-            _ => None,
-        };
-        (snapshots, resolved)
+        if let Some(t) = newest.filter(|_| due) {
+            s.resolved = Some(Instant::now());
+            seen.newest = s.replay.as_ref().map(|r| resolve(r.profile(), t));
+        }
+        seen
     }
 
     /// Forgets a deleted VM.
     pub fn remove(&self, vm: u64) {
         self.vms.lock().unwrap().remove(&vm);
     }
-}
-
-/// How many snapshots framed chunks carry, without a replay.
-fn count_threads(mut bytes: &[u8]) -> u64 {
-    let mut n = 0;
-    while let Framed::Chunk(payload, used) = records::next_chunk(bytes) {
-        bytes = &bytes[used..];
-        if let Ok((_, rs)) = records::body(payload).and_then(|b| records::decode(&b)) {
-            n += rs
-                .iter()
-                .filter(|r| matches!(r, records::Record::Threads(_)))
-                .count() as u64;
-        }
-    }
-    n
 }
 
 /// A snapshot with its stacks as frames (top first, as the live view shows them).

@@ -61,6 +61,11 @@ impl Store {
         self.0.queue().ledger().committed(vm)
     }
 
+    /// What wakes at every commit of chunks.
+    pub fn commits(&self) -> Arc<tokio::sync::Notify> {
+        self.0.queue().ledger().commits()
+    }
+
     /// Writes queued but not yet handled (connections wait for a barrier when it grows).
     pub fn backlog(&self) -> usize {
         self.0.queue().ledger().backlog()

@@ -60,6 +60,8 @@ pub struct Ledger {
     backlog: Arc<AtomicUsize>,
     /// vm → seq of the newest batch known to be committed.
     committed: Arc<Mutex<HashMap<u64, u64>>>,
+    /// Woken at every commit (connections then acknowledge at once).
+    commits: Arc<tokio::sync::Notify>,
 }
 
 impl<C> Queue<C> {
@@ -70,6 +72,7 @@ impl<C> Queue<C> {
         let ledger = Ledger {
             backlog: Arc::new(AtomicUsize::new(0)),
             committed: Arc::new(Mutex::new(committed)),
+            commits: Arc::new(tokio::sync::Notify::new()),
         };
         let queue = Queue {
             tx,
@@ -129,13 +132,23 @@ impl Ledger {
             .unwrap_or(0)
     }
 
-    /// Records batches as committed (the newest seq per VM).
+    /// Records batches as committed (the newest seq per VM) and wakes the connections.
     pub fn commit(&self, newest: HashMap<u64, u64>) {
+        if newest.is_empty() {
+            return;
+        }
         let mut c = self.committed.lock().unwrap();
         for (vm, seq) in newest {
             let e = c.entry(vm).or_insert(0);
             *e = (*e).max(seq);
         }
+        drop(c);
+        self.commits.notify_waiters();
+    }
+
+    /// What wakes at every commit.
+    pub fn commits(&self) -> Arc<tokio::sync::Notify> {
+        self.commits.clone()
     }
 
     /// Forgets a deleted VM's batches.

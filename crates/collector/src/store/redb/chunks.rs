@@ -3,7 +3,9 @@
 //! Rollups and thinning are built from the records themselves (`records::merge`), so every id
 //! a later chunk refers to keeps its meaning.
 
-use super::{CHUNKS, MAX_ROLLUP_CHUNKS, META, MINUTE_MS, ROLLED, SEQS, SNAPSHOTS, VMS, decode_vm};
+use super::{
+    CHUNKS, LARGE, MAX_ROLLUP_CHUNKS, META, MINUTE_MS, ROLLED, SEQS, SNAPSHOTS, VMS, decode_vm,
+};
 use crate::store::merge::merge_profiles;
 use crate::store::queue::{Ledger, Write};
 use crate::store::replay::starts_stream;
@@ -18,6 +20,56 @@ const CHUNK: u8 = 0;
 const ROLLUP: u8 = 1;
 /// Expired chunks reduced to their definitions: no values, in no time range.
 const THIN: u8 = 2;
+/// Flag on the kind: the bytes are in [`LARGE`] under the same key.
+const EXTERNAL: u8 = 0x80;
+/// Chunks longer than this are kept in [`LARGE`]: a long value among short ones makes redb
+/// split every later leaf of the table after one entry (measured: 36,000 short chunks of ten
+/// VMs behind one 100 KB chunk each took 32,700 leaf pages instead of 2,993).
+const INLINE_MAX: usize = 1024;
+
+type Table<'t> = redb::Table<'t, (u64, u64), &'static [u8]>;
+
+/// Stores a chunk (inline or in [`LARGE`]).
+fn put(
+    chunks: &mut Table<'_>,
+    large: &mut Table<'_>,
+    key: (u64, u64),
+    (start, end, kind): (u64, u64, u8),
+    bytes: &[u8],
+) -> anyhow::Result<()> {
+    if bytes.len() > INLINE_MAX {
+        large.insert(key, bytes)?;
+        chunks.insert(
+            key,
+            Stored::write(start, end, kind | EXTERNAL, &[]).as_slice(),
+        )?;
+    } else {
+        chunks.insert(key, Stored::write(start, end, kind, bytes).as_slice())?;
+    }
+    Ok(())
+}
+
+/// Removes a chunk, wherever its bytes are.
+fn remove(chunks: &mut Table<'_>, large: &mut Table<'_>, key: (u64, u64)) -> anyhow::Result<()> {
+    chunks.remove(key)?;
+    large.remove(key)?;
+    Ok(())
+}
+
+/// A stored chunk's bytes, from [`LARGE`] when they are kept there.
+pub(super) fn bytes_of(
+    stored: &Stored<'_>,
+    large: &impl ReadableTable<(u64, u64), &'static [u8]>,
+    key: (u64, u64),
+) -> anyhow::Result<Vec<u8>> {
+    if !stored.external {
+        return Ok(stored.bytes.to_vec());
+    }
+    match large.get(key)? {
+        Some(v) => Ok(v.value().to_vec()),
+        None => anyhow::bail!("chunk {key:?} is missing its bytes"),
+    }
+}
 
 /// A stored value: the times its samples were taken in (Unix ms; a chunk's is when the agent
 /// cut it, a rollup's its minute) and the framed record chunks.
@@ -25,6 +77,8 @@ pub(super) struct Stored<'a> {
     pub start: u64,
     pub end: u64,
     pub kind: u8,
+    /// The bytes are in [`LARGE`] (see [`bytes_of`]); `bytes` is empty.
+    pub external: bool,
     pub bytes: &'a [u8],
 }
 
@@ -35,7 +89,8 @@ impl<'a> Stored<'a> {
         let stored = Stored {
             start: u(0),
             end: u(8),
-            kind: v[16],
+            kind: v[16] & !EXTERNAL,
+            external: v[16] & EXTERNAL != 0,
             bytes: &v[17..],
         };
         // A thinned chunk adds nothing to any range.
@@ -73,6 +128,7 @@ pub(super) fn commit(db: &Database, ledger: &Ledger, writes: Vec<Write>) -> anyh
     {
         let mut vms = w.open_table(VMS)?;
         let mut chunks = w.open_table(CHUNKS)?;
+        let mut large = w.open_table(LARGE)?;
         let mut snapshots = w.open_table(SNAPSHOTS)?;
         let mut seqs = w.open_table(SEQS)?;
         let mut meta = w.open_table(META)?;
@@ -91,8 +147,8 @@ pub(super) fn commit(db: &Database, ledger: &Ledger, writes: Vec<Write>) -> anyh
                     time_unix_ms,
                     bytes,
                 } => {
-                    let value = Stored::write(time_unix_ms, time_unix_ms, CHUNK, &bytes);
-                    chunks.insert((vm, seq), value.as_slice())?;
+                    let at = (time_unix_ms, time_unix_ms, CHUNK);
+                    put(&mut chunks, &mut large, (vm, seq), at, &bytes)?;
                     let had = seqs.get(vm)?.map_or(0, |v| v.value());
                     if seq > had {
                         seqs.insert(vm, seq)?;
@@ -122,6 +178,8 @@ pub(super) fn delete_vm(w: &redb::WriteTransaction, vm: u64) -> anyhow::Result<(
     w.open_table(SEQS)?.remove(vm)?;
     w.open_table(ROLLED)?.remove(vm)?;
     w.open_table(CHUNKS)?
+        .retain_in((vm, 0)..=(vm, u64::MAX), |_, _| false)?;
+    w.open_table(LARGE)?
         .retain_in((vm, 0)..=(vm, u64::MAX), |_, _| false)?;
     Ok(())
 }
@@ -174,6 +232,7 @@ pub(super) fn maintain(
             .keep
             .map(|keep| now.saturating_sub(keep.as_millis() as u64));
         let mut chunks = w.open_table(CHUNKS)?;
+        let mut large = w.open_table(LARGE)?;
         let mut rolled = w.open_table(ROLLED)?;
         let vms: Vec<u64> = w
             .open_table(VMS)?
@@ -200,7 +259,7 @@ pub(super) fn maintain(
                     start: s.start,
                     end: s.end,
                     kind: s.kind,
-                    bytes: s.bytes.to_vec(),
+                    bytes: bytes_of(&s, &large, k.value())?,
                 });
             }
             let Some(last) = old.last().map(|o| o.seq) else {
@@ -219,11 +278,11 @@ pub(super) fn maintain(
                     let parts: Vec<&[u8]> = run.iter().map(|o| o.bytes.as_slice()).collect();
                     if let Some(merged) = rollup(&parts) {
                         for o in run {
-                            chunks.remove((vm, o.seq))?;
+                            remove(&mut chunks, &mut large, (vm, o.seq))?;
                         }
                         let start = minute * MINUTE_MS;
-                        let value = Stored::write(start, start + MINUTE_MS - 1, ROLLUP, &merged);
-                        chunks.insert((vm, run[0].seq), value.as_slice())?;
+                        let at = (start, start + MINUTE_MS - 1, ROLLUP);
+                        put(&mut chunks, &mut large, (vm, run[0].seq), at, &merged)?;
                         done.rolled_up += run.len();
                         done.rollups += 1;
                     }
@@ -233,7 +292,7 @@ pub(super) fn maintain(
             rolled.insert(vm, last)?;
         }
         if let Some(cutoff) = cutoff {
-            done.expired = expire(&mut chunks, cutoff)?;
+            done.expired = expire(&mut chunks, &mut large, cutoff)?;
             let vms = w.open_table(VMS)?;
             for e in vms.iter()? {
                 let (k, v) = e?;
@@ -254,10 +313,7 @@ pub(super) fn maintain(
 /// Every VM's chunks whose samples are all older than `cutoff`: thinned into one chunk of
 /// definitions (later chunks still refer to them), or deleted when they are streams of their
 /// own. Returns how many chunks expired.
-fn expire(
-    chunks: &mut redb::Table<(u64, u64), &'static [u8]>,
-    cutoff: u64,
-) -> anyhow::Result<usize> {
+fn expire(chunks: &mut Table<'_>, large: &mut Table<'_>, cutoff: u64) -> anyhow::Result<usize> {
     // Runs of consecutive expired chunks of a VM (a thinned one counts as expired).
     let mut expired: Vec<(u64, Vec<Old>)> = Vec::new();
     let mut open = false;
@@ -281,7 +337,7 @@ fn expire(
             start: s.start,
             end: s.end,
             kind: s.kind,
-            bytes: s.bytes.to_vec(),
+            bytes: bytes_of(&s, &*large, (vm, seq))?,
         });
     }
     let mut n = 0;
@@ -294,7 +350,11 @@ fn expire(
             .range((vm, list[list.len() - 1].seq + 1)..=(vm, u64::MAX))?
             .next()
             .transpose()?
-            .map(|(_, v)| Stored::read(v.value()).map(|s| starts_stream(s.bytes)))
+            .map(|(k, v)| {
+                Stored::read(v.value())
+                    .and_then(|s| bytes_of(&s, &*large, k.value()))
+                    .map(|b| starts_stream(&b))
+            })
             .transpose()?;
         let parts: Vec<&[u8]> = list.iter().map(|o| o.bytes.as_slice()).collect();
         // Whole streams go; a stream that goes on keeps its definitions.
@@ -308,13 +368,12 @@ fn expire(
             }
         };
         for o in &list {
-            chunks.remove((vm, o.seq))?;
+            remove(chunks, large, (vm, o.seq))?;
         }
         n += list.iter().filter(|o| o.kind != THIN).count();
         if let Some(thin) = thin {
             let end = list.iter().map(|o| o.end).max().unwrap_or(0);
-            let value = Stored::write(0, end, THIN, &thin);
-            chunks.insert((vm, list[0].seq), value.as_slice())?;
+            put(chunks, large, (vm, list[0].seq), (0, end, THIN), &thin)?;
         }
     }
     Ok(n)

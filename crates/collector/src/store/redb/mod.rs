@@ -30,6 +30,8 @@ const VMS: TableDefinition<u64, &[u8]> = TableDefinition::new("vms");
 /// (vm, seq) → a stored chunk ([`chunks::Stored`]: the times it covers and the framed record
 /// chunks as the agent sent them, or a rollup of several).
 const CHUNKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("chunks");
+/// (vm, seq) → the bytes of a chunk too long to keep in [`CHUNKS`] (see `chunks::INLINE_MAX`).
+const LARGE: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("large");
 /// vm → the seq up to which the VM's chunks were rolled up.
 const ROLLED: TableDefinition<u64, u64> = TableDefinition::new("rolled");
 const MINUTE_MS: u64 = 60_000;
@@ -133,6 +135,7 @@ impl Redb {
         w.open_table(VMS)?;
         let has_old_batches = w.open_table(OLD_BATCHES)?.len()? > 0;
         w.open_table(CHUNKS)?;
+        w.open_table(LARGE)?;
         w.open_table(ROLLED)?;
         w.open_table(SNAPSHOTS)?;
         w.open_table(SEQS)?;
@@ -234,11 +237,13 @@ impl Redb {
     ) -> anyhow::Result<Option<VmSamples>> {
         let r = self.db.begin_read()?;
         let t = r.open_table(CHUNKS)?;
+        let large = r.open_table(LARGE)?;
         let mut replay = VmReplay::new(from, to);
         for e in t.range((vm, 0)..=(vm, u64::MAX))? {
-            let (_, v) = e?;
+            let (k, v) = e?;
             let stored = chunks::Stored::read(v.value())?;
-            let (samples, ns) = replay.add(stored.start, stored.end, stored.bytes)?;
+            let bytes = chunks::bytes_of(&stored, &large, k.value())?;
+            let (samples, ns) = replay.add(stored.start, stored.end, &bytes)?;
             if stored.start <= to && stored.end >= from {
                 f(stored.start, samples, ns);
             }
@@ -324,9 +329,12 @@ impl Backend for Redb {
     fn stream_chunks(&self, vm: u64) -> anyhow::Result<Vec<Vec<u8>>> {
         let r = self.db.begin_read()?;
         let t = r.open_table(CHUNKS)?;
+        let large = r.open_table(LARGE)?;
         let mut out = Vec::new();
         for e in t.range((vm, 0)..=(vm, u64::MAX))? {
-            out.push(chunks::Stored::read(e?.1.value())?.bytes.to_vec());
+            let (k, v) = e?;
+            let stored = chunks::Stored::read(v.value())?;
+            out.push(chunks::bytes_of(&stored, &large, k.value())?);
         }
         Ok(out)
     }
