@@ -154,6 +154,22 @@ impl ThreadTable {
         m
     }
 
+    /// Every known thread's tid by its JNIEnv address (for naming a virtual thread's carrier).
+    pub fn tids_by_env(&self) -> std::collections::HashMap<usize, u32> {
+        let mut m = std::collections::HashMap::new();
+        for idx in 0..=self.mask {
+            let t = self.tids[idx].load(Ordering::Acquire);
+            if t == EMPTY || t == TOMBSTONE {
+                continue;
+            }
+            let env = self.envs[idx].load(Ordering::Acquire);
+            if !env.is_null() {
+                m.insert(env as usize, t);
+            }
+        }
+        m
+    }
+
     fn find(&self, tid: u32) -> Option<usize> {
         let start = self.start(tid);
         for i in 0..=self.mask {

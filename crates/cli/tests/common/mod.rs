@@ -158,6 +158,20 @@ pub fn classes21() -> &'static Path {
     })
 }
 
+/// The major version of a JDK home ("17" for the default JDK, `None`), from its `release` file.
+pub fn jdk_version(home: Option<&Path>) -> String {
+    let Some(home) = home else {
+        return "17".into();
+    };
+    std::fs::read_to_string(home.join("release"))
+        .ok()
+        .and_then(|r| {
+            let v = r.lines().find_map(|l| l.strip_prefix("JAVA_VERSION=\""))?;
+            Some(v.split(['.', '"']).next()?.to_string())
+        })
+        .unwrap_or_else(|| home.display().to_string())
+}
+
 pub fn jdk_tool(home: Option<&Path>, tool: &str) -> String {
     match home {
         Some(h) => h.join("bin").join(tool).display().to_string(),

@@ -1,0 +1,218 @@
+//! Virtual threads (JDK 21+; JDK 19–20 as a preview): the `can_support_virtual_threads`
+//! capability and the VirtualThreadStart/End events, JVMTI thread-local storage on the current
+//! thread, global references to threads that the agent deletes itself, the stacks and states of a
+//! list of threads in one call, and the carrier a virtual thread is mounted on.
+//!
+//! JVMTI's GetAllStackTraces lists platform threads only: a carrier shows its own frames below
+//! `Continuation.run`, never the virtual thread's. GetThreadListStackTraces on virtual threads
+//! gives each one's own stack and state, mounted (the frames above the carrier's) or not (the
+//! frames kept in its continuation).
+
+use crate::env::{Env, Error, JThread, Jni, MethodId, ThreadStack};
+use jvmti_bindings::sys::{jni, jvmti};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A JNI global reference to a `java.lang.Thread`, valid on any thread until
+/// [`Jni::delete_thread_ref`] deletes it (the owner must not use it after that).
+#[derive(Debug, PartialEq, Eq)]
+pub struct ThreadRef(usize);
+
+impl ThreadRef {
+    /// The reference as a thread argument for this crate's calls; valid until it is deleted.
+    pub fn thread(&self) -> JThread {
+        JThread(self.0 as jni::jthread)
+    }
+}
+
+/// `java.lang.VirtualThread.carrierThread`'s field id, found once (0: not yet, 1: absent).
+static CARRIER_FIELD: AtomicUsize = AtomicUsize::new(0);
+/// `java.lang.Thread.eetop`'s field id (0: not yet, 1: absent).
+static EETOP_FIELD: AtomicUsize = AtomicUsize::new(0);
+/// The JNIEnv's offset inside HotSpot's JavaThread (0: not measured yet).
+static ENV_OFFSET: AtomicUsize = AtomicUsize::new(0);
+
+impl Env {
+    /// Adds `can_support_virtual_threads` (JDK 21+, also in the live phase); false when this JVM
+    /// has no virtual threads or does not grant it.
+    pub fn add_virtual_thread_capability(&self) -> bool {
+        let jvmti = self.jvmti();
+        let Ok(potential) = jvmti.get_potential_capabilities() else {
+            return false;
+        };
+        if !potential.can_support_virtual_threads() {
+            return false;
+        }
+        let mut caps = jvmti::jvmtiCapabilities::default();
+        caps.set_can_support_virtual_threads(true);
+        jvmti.add_capabilities(&caps).is_ok()
+    }
+
+    /// Turns the VirtualThreadStart and VirtualThreadEnd events on or off.
+    pub fn virtual_thread_events(&self, on: bool) -> Result<(), Error> {
+        let events = [
+            jvmti::JVMTI_EVENT_VIRTUAL_THREAD_START,
+            jvmti::JVMTI_EVENT_VIRTUAL_THREAD_END,
+        ];
+        let jvmti = self.jvmti();
+        let result = if on {
+            jvmti.enable_events_global(&events)
+        } else {
+            jvmti.disable_events_global(&events)
+        };
+        result.map_err(|e| Error {
+            call: "SetEventNotificationMode(VirtualThreadStart/End)",
+            detail: e.to_string(),
+        })
+    }
+
+    /// Stores `value` in the current thread's JVMTI thread-local storage (a virtual thread has
+    /// its own). Only on a thread attached to the VM, e.g. inside a thread event.
+    pub fn set_current_thread_local(&self, value: usize) -> bool {
+        // SAFETY: a null thread is the current thread, which is attached (caller contract);
+        // the value is an integer JVMTI stores and never dereferences.
+        unsafe {
+            self.jvmti()
+                .set_thread_local_storage(std::ptr::null_mut(), value as *const _)
+        }
+        .is_ok()
+    }
+
+    /// The value [`Env::set_current_thread_local`] stored on the current thread (0: none).
+    pub fn current_thread_local(&self) -> usize {
+        // SAFETY: as above.
+        unsafe { self.jvmti().get_thread_local_storage(std::ptr::null_mut()) }
+            .map_or(0, |p| p as usize)
+    }
+
+    /// The stacks and states of `threads` (platform or virtual) in one call, top frame first, in
+    /// the order given. A thread that has terminated comes back with no frames and a state
+    /// without the ALIVE bit.
+    pub fn thread_list_stack_traces(
+        &self,
+        threads: &[JThread],
+        max_depth: i32,
+    ) -> Result<Vec<ThreadStack>, Error> {
+        if threads.is_empty() {
+            return Ok(Vec::new());
+        }
+        let raw: Vec<jni::jthread> = threads.iter().map(|t| t.0).collect();
+        // SAFETY: every element is a live local or global reference to a Thread (JThread and
+        // ThreadRef contracts); JVMTI copies what it returns into memory the wrapper frees.
+        let infos =
+            unsafe { self.jvmti().get_thread_list_stack_traces(&raw, max_depth) }.map_err(|e| {
+                Error {
+                    call: "GetThreadListStackTraces",
+                    detail: e.to_string(),
+                }
+            })?;
+        Ok(infos
+            .into_iter()
+            .map(|info| ThreadStack {
+                thread: JThread(info.thread),
+                state: info.state,
+                frames: info
+                    .frames
+                    .iter()
+                    .map(|f| (MethodId(f.method as usize), f.location))
+                    .collect(),
+            })
+            .collect())
+    }
+}
+
+impl Jni {
+    /// A global reference to `thread`, or None when the JVM is out of memory for it.
+    pub fn new_thread_ref(&self, thread: JThread) -> Option<ThreadRef> {
+        // SAFETY: `thread` is a live reference (JThread contract); NewGlobalRef returns null
+        // on failure.
+        let global = unsafe { self.env().new_global_ref(thread.0) };
+        if self.env().exception_check() {
+            self.env().exception_clear();
+        }
+        (!global.is_null()).then_some(ThreadRef(global as usize))
+    }
+
+    /// Deletes a reference made by [`Jni::new_thread_ref`] (on any attached thread).
+    pub fn delete_thread_ref(&self, reference: ThreadRef) {
+        // SAFETY: a global reference made by new_thread_ref and, the value being consumed, not
+        // deleted before.
+        unsafe { self.env().delete_global_ref(reference.0 as jni::jobject) };
+    }
+
+    /// Whether `thread` is a virtual thread (false on a JVM without them).
+    pub fn is_virtual_thread(&self, thread: JThread) -> bool {
+        // SAFETY: `thread` is a live reference (JThread contract); the call only reads its class.
+        unsafe { self.env().is_virtual_thread(thread.0) }.unwrap_or(false)
+    }
+
+    /// The platform thread a virtual thread is mounted on at this moment (a local reference),
+    /// None when it is not mounted, or `thread` is not a virtual thread. The read is racy by
+    /// nature: the answer may be out of date the moment it is returned.
+    pub fn virtual_thread_carrier(&self, thread: JThread) -> Option<JThread> {
+        let env = self.env();
+        let mut field = CARRIER_FIELD.load(Ordering::Relaxed);
+        if field == 0 {
+            field = 1;
+            if let Some(class) = env.find_class("java/lang/VirtualThread") {
+                // SAFETY: `class` is the live local reference just returned; the field id is
+                // valid for the life of the class (a boot class, never unloaded).
+                let id = unsafe { env.get_field_id(class, "carrierThread", "Ljava/lang/Thread;") };
+                self.delete_local_ref(class);
+                field = id.map_or(1, |f| f as usize);
+            }
+            if env.exception_check() {
+                env.exception_clear();
+            }
+            CARRIER_FIELD.store(field, Ordering::Relaxed);
+        }
+        if field == 1 || !self.is_virtual_thread(thread) {
+            return None;
+        }
+        // SAFETY: `thread` is a live reference to a java.lang.VirtualThread (checked above) and
+        // `field` is that class's `carrierThread` field of type Thread.
+        let carrier = unsafe { env.get_object_field(thread.0, field as jni::jfieldID) };
+        (!carrier.is_null()).then_some(JThread(carrier))
+    }
+
+    /// The JNIEnv address of a live platform thread (what ThreadStart saw as its JNIEnv), from
+    /// its `Thread.eetop` (HotSpot's JavaThread address) and the JNIEnv's offset inside a
+    /// JavaThread measured on the calling thread. None when either is unknown.
+    pub fn thread_env(&self, thread: JThread) -> Option<usize> {
+        let env = self.env();
+        let mut field = EETOP_FIELD.load(Ordering::Relaxed);
+        if field == 0 {
+            field = 1;
+            if let Some(class) = env.find_class("java/lang/Thread") {
+                // SAFETY: `class` is the live local reference just returned.
+                let id = unsafe { env.get_field_id(class, "eetop", "J") };
+                self.delete_local_ref(class);
+                field = id.map_or(1, |f| f as usize);
+            }
+            if env.exception_check() {
+                env.exception_clear();
+            }
+            EETOP_FIELD.store(field, Ordering::Relaxed);
+        }
+        if field == 1 {
+            return None;
+        }
+        let mut offset = ENV_OFFSET.load(Ordering::Relaxed);
+        if offset == 0 {
+            let me = crate::vmstructs::current_java_thread(self)?;
+            offset = (self.as_ptr() as usize).checked_sub(me)?;
+            if offset == 0 || offset >= 64 << 10 {
+                return None; // the JNIEnv is a field a few KiB into the JavaThread
+            }
+            ENV_OFFSET.store(offset, Ordering::Relaxed);
+        }
+        // SAFETY: `thread` is a live java.lang.Thread reference and `field` its `eetop` (long).
+        let eetop = unsafe { env.get_long_field(thread.0, field as jni::jfieldID) } as usize;
+        (eetop != 0).then(|| eetop + offset)
+    }
+
+    /// Deletes a local reference this crate handed out (a carrier from
+    /// [`Jni::virtual_thread_carrier`], ...), before the local frame ends.
+    pub fn delete_thread_local_ref(&self, thread: JThread) {
+        self.delete_local_ref(thread.0);
+    }
+}
