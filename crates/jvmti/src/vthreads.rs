@@ -10,7 +10,7 @@
 
 use crate::env::{Env, Error, JThread, Jni, MethodId, ThreadStack};
 use jvmti_bindings::sys::{jni, jvmti};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 /// A JNI global reference to a `java.lang.Thread`, valid on any thread until
 /// [`Jni::delete_thread_ref`] deletes it (the owner must not use it after that).
@@ -31,7 +31,96 @@ static EETOP_FIELD: AtomicUsize = AtomicUsize::new(0);
 /// The JNIEnv's offset inside HotSpot's JavaThread (0: not measured yet).
 static ENV_OFFSET: AtomicUsize = AtomicUsize::new(0);
 
+/// What the mount/unmount trampolines call: `(env, mounted)`, on the carrier with the virtual
+/// thread current. Null: none.
+static MOUNT_HANDLER: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
+
+/// HotSpot's extension events, posted on the carrier around each mount and unmount (they need
+/// `can_support_virtual_threads`).
+const MOUNT_EVENT: &str = "com.sun.hotspot.events.VirtualThreadMount";
+const UNMOUNT_EVENT: &str = "com.sun.hotspot.events.VirtualThreadUnmount";
+
+fn dispatch_mount(env: *mut jvmti::jvmtiEnv, mounted: bool) {
+    let handler = MOUNT_HANDLER.load(Ordering::Acquire);
+    if handler.is_null() || env.is_null() {
+        return;
+    }
+    // SAFETY: only `set_mount_handler` stores here, and only `fn(&Env, bool)` pointers.
+    let handler: fn(&Env, bool) =
+        unsafe { std::mem::transmute::<*mut (), fn(&Env, bool)>(handler) };
+    // No panic may cross into the JVM.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&Env(env), mounted)));
+}
+
+/// The mount extension event's callback: HotSpot calls it as `(jvmtiEnv*, JNIEnv*, jthread)`.
+unsafe extern "C" fn on_mount(
+    env: *mut jvmti::jvmtiEnv,
+    _jni: *mut jni::JNIEnv,
+    _thread: jni::jthread,
+) {
+    dispatch_mount(env, true);
+}
+
+/// The unmount extension event's callback, likewise.
+unsafe extern "C" fn on_unmount(
+    env: *mut jvmti::jvmtiEnv,
+    _jni: *mut jni::JNIEnv,
+    _thread: jni::jthread,
+) {
+    dispatch_mount(env, false);
+}
+
 impl Env {
+    /// Calls `handler(env, mounted)` on the carrier, with the virtual thread current, each time a
+    /// virtual thread mounts or unmounts (HotSpot's VirtualThreadMount/Unmount extension
+    /// events); `None` turns that off. False when this JVM has no such events.
+    pub fn set_mount_handler(&self, handler: Option<fn(&Env, bool)>) -> bool {
+        let jvmti = self.jvmti();
+        let Ok(events) = jvmti.get_extension_events() else {
+            return false;
+        };
+        let index = |id: &str| {
+            events
+                .iter()
+                .find(|e| e.id.as_deref() == Some(id))
+                .map(|e| e.extension_event_index)
+        };
+        let (Some(mount), Some(unmount)) = (index(MOUNT_EVENT), index(UNMOUNT_EVENT)) else {
+            return false;
+        };
+        type Trampoline =
+            unsafe extern "C" fn(*mut jvmti::jvmtiEnv, *mut jni::JNIEnv, jni::jthread);
+        let callback = |f: Trampoline| -> jvmti::jvmtiExtensionEventCallback {
+            // SAFETY: HotSpot calls an extension event's callback through the variadic
+            // `jvmtiExtensionEvent` type with exactly (jvmtiEnv*, JNIEnv*, jthread) for these two
+            // events; on x86-64 and aarch64 a call through a variadic pointer to a function with
+            // those fixed parameters passes them in the same registers.
+            Some(unsafe { std::mem::transmute::<Trampoline, jvmti::jvmtiExtensionEvent>(f) })
+        };
+        match handler {
+            Some(h) => {
+                MOUNT_HANDLER.store(h as *mut (), Ordering::Release);
+                // HotSpot posts an extension event only when it has a callback and is enabled.
+                jvmti
+                    .set_extension_event_callback(mount, callback(on_mount))
+                    .and_then(|()| {
+                        jvmti.set_extension_event_callback(unmount, callback(on_unmount))
+                    })
+                    .and_then(|()| {
+                        jvmti.enable_events_global(&[mount as jvmti::jvmtiEvent, unmount as _])
+                    })
+                    .is_ok()
+            }
+            None => {
+                let _ = jvmti.disable_events_global(&[mount as jvmti::jvmtiEvent, unmount as _]);
+                let _ = jvmti.set_extension_event_callback(mount, None);
+                let _ = jvmti.set_extension_event_callback(unmount, None);
+                MOUNT_HANDLER.store(std::ptr::null_mut(), Ordering::Release);
+                true
+            }
+        }
+    }
+
     /// Adds `can_support_virtual_threads` (JDK 21+, also in the live phase); false when this JVM
     /// has no virtual threads or does not grant it.
     pub fn add_virtual_thread_capability(&self) -> bool {

@@ -35,6 +35,7 @@ pub mod safepoint;
 pub mod subgraph;
 pub mod trace;
 pub mod trees;
+pub mod vcpu;
 pub mod vthreads;
 
 pub use api::{DEFAULT_PERIOD, Engine, EngineCtx, note};

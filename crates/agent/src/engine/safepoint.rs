@@ -86,12 +86,10 @@ impl Safepoint {
             return;
         };
         let mut carriers: Option<HashMap<usize, u32>> = None;
-        for (ts, &weight) in stacks.iter().zip(&picks.weights) {
+        for ((ts, &weight), label) in stacks.iter().zip(&picks.weights).zip(picks.labels) {
             if ts.state & thread_state::ALIVE == 0 || ts.frames.is_empty() || weight == 0 {
                 continue; // ended since it was picked
             }
-            let id = jni.java_thread_id(ts.thread).unwrap_or(0);
-            let name = env.thread_name(jni, ts.thread).unwrap_or_default();
             let tid = match jni.virtual_thread_carrier(ts.thread) {
                 Some(carrier) => {
                     let at = jni.thread_env(carrier);
@@ -100,10 +98,6 @@ impl Safepoint {
                     at.and_then(|e| map.get(&e).copied()).unwrap_or(0)
                 }
                 None => 0,
-            };
-            let label = match name.is_empty() {
-                true => format!("virtual #{id}"),
-                false => format!("virtual #{id} {name}"),
             };
             let thread = sink.thread_on(tid, label);
             let stack = sink.jvmti_stack(jni, &ts.frames, None);

@@ -4,14 +4,17 @@
 //! JVMTI's GetAllStackTraces lists platform threads only, so the safepoint engine alone sees the
 //! carriers (parked in `Continuation.run` or running a virtual thread's code under it) and never
 //! a virtual thread that is unmounted (sleeping, parked, blocked, waiting for a carrier). Here:
-//! - **Registry.** VirtualThreadStart (on the virtual thread, at its first mount) makes a JNI
-//!   global reference to it and puts it in a slot; the slot number goes into the thread's JVMTI
-//!   thread-local storage with the session's generation. VirtualThreadEnd finds the slot there
-//!   and moves the reference to an `ended` list. Only the writer thread deletes references (at its
-//!   next tick), so a reference it picked stays valid for its whole tick. At most
-//!   [`MAX_TRACKED`] threads (live plus ended-not-yet-deleted) are held: 131,072 slots of 24
-//!   bytes plus one JNI global reference each, about 4 MiB at the bound; threads beyond it are
-//!   counted (`virtual_threads_untracked`) and not sampled.
+//! - **Registry.** VirtualThreadStart (on the virtual thread, at its first mount) takes its
+//!   name (`virtual #id name`) and a JNI global reference to it and puts them in a slot; the
+//!   thread's token (registration serial and slot) goes into its JVMTI thread-local storage, and
+//!   while it is mounted into its carrier's cell of the thread table (for CPU samples, see
+//!   [`super::vcpu`]). VirtualThreadEnd finds the slot by the token and takes it off the live
+//!   list. Only the writer thread deletes references and frees slots ([`reap`], at its next
+//!   tick, after the samples taken before the end are named), so a reference it picked stays
+//!   valid for its whole tick. At most [`MAX_TRACKED`] threads (live plus ended-not-reaped) are
+//!   held: 131,072 slots of about 64 bytes with their names, plus one JNI global reference each,
+//!   under 16 MiB at the bound; threads beyond it are counted (`virtual_threads_untracked`) and
+//!   not sampled.
 //! - **Sampling.** Each wall tick picks [`PER_TICK`] live threads uniformly at random without
 //!   replacement (a partial Fisher–Yates shuffle of the dense live list), or all of them when
 //!   fewer are live, and takes their stacks and states in one GetThreadListStackTraces call (a
@@ -24,9 +27,10 @@
 //! Threads that started before the session (at attach) have no VirtualThreadStart and are not
 //! seen.
 
+use crate::sampler::threads::ThreadTable;
 use crate::sync::lock;
-use jvmprof_jvmti::{Env, JThread, Jni, ThreadRef};
-use std::sync::Mutex;
+use jvmprof_jvmti::{Env, JThread, Jni, ThreadRef, os};
+use std::sync::{Mutex, OnceLock};
 
 /// The most virtual threads held at once (live, plus ended ones whose reference the writer
 /// deletes at its next tick).
@@ -38,28 +42,33 @@ const NO_POS: u32 = u32::MAX;
 
 struct Slot {
     thread: Option<ThreadRef>,
-    /// Index in `live`, or NO_POS.
+    /// Index in `live`, or NO_POS (free, or ended and not yet reaped).
     pos: u32,
+    /// The registration this slot holds (tokens name it, so a reused slot is told apart).
+    serial: u64,
+    /// `virtual #id name`, the thread's profile name.
+    label: Box<str>,
 }
 
 struct Registry {
-    /// The running session's generation (0: no session records virtual threads).
-    generation: u32,
-    last_generation: u32,
+    /// Whether a session records virtual threads.
+    on: bool,
+    /// Registrations so far, over every session (a token's serial).
+    serial: u64,
     slots: Vec<Slot>,
     free: Vec<u32>,
     /// Slots of the live threads, densely.
     live: Vec<u32>,
-    /// References of threads that ended, for the writer to delete.
-    ended: Vec<ThreadRef>,
+    /// Slots of threads that ended, whose reference the writer deletes (see [`reap`]).
+    ended: Vec<u32>,
     started: u64,
     untracked: u64,
     rng: u64,
 }
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
-    generation: 0,
-    last_generation: 0,
+    on: false,
+    serial: 0,
     slots: Vec::new(),
     free: Vec::new(),
     live: Vec::new(),
@@ -69,13 +78,17 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     rng: 0,
 });
 
-/// The thread-local value of a tracked thread: generation and slot + 1, never 0.
-fn encode(generation: u32, slot: u32) -> usize {
-    ((generation as usize) << 32) | (slot as usize + 1)
+/// A tracked thread's token, in its JVMTI thread-local storage and (while it is mounted) in its
+/// carrier's thread-table cell: registration serial and slot + 1, never 0.
+fn encode(serial: u64, slot: u32) -> u64 {
+    (serial << 18) | (slot as u64 + 1)
 }
 
-fn decode(value: usize) -> (u32, u32) {
-    ((value >> 32) as u32, (value as u32).wrapping_sub(1))
+fn decode(token: u64) -> (u64, u32) {
+    (
+        token >> 18,
+        ((token & ((1 << 18) - 1)) as u32).wrapping_sub(1),
+    )
 }
 
 impl Registry {
@@ -83,39 +96,50 @@ impl Registry {
         self.live.len() + self.ended.len()
     }
 
-    fn insert(&mut self, thread: ThreadRef) -> u32 {
+    /// Registers a thread; returns its token.
+    fn insert(&mut self, thread: ThreadRef, label: Box<str>) -> u64 {
+        self.serial += 1;
         let pos = self.live.len() as u32;
+        let fresh = Slot {
+            thread: Some(thread),
+            pos,
+            serial: self.serial,
+            label,
+        };
         let slot = match self.free.pop() {
             Some(s) => {
-                self.slots[s as usize] = Slot {
-                    thread: Some(thread),
-                    pos,
-                };
+                self.slots[s as usize] = fresh;
                 s
             }
             None => {
-                self.slots.push(Slot {
-                    thread: Some(thread),
-                    pos,
-                });
+                self.slots.push(fresh);
                 (self.slots.len() - 1) as u32
             }
         };
         self.live.push(slot);
-        slot
+        encode(self.serial, slot)
     }
 
-    fn remove(&mut self, slot: u32) {
+    /// The slot of a token, if it still holds that registration (live, or ended not reaped).
+    fn slot(&self, token: u64) -> Option<&Slot> {
+        let (serial, slot) = decode(token);
+        self.slots
+            .get(slot as usize)
+            .filter(|s| s.serial == serial && s.thread.is_some())
+    }
+
+    /// The thread of `slot` ended: out of the live list; the writer reaps it.
+    fn end(&mut self, token: u64) {
+        let (serial, slot) = decode(token);
         let Some(s) = self.slots.get_mut(slot as usize) else {
             return;
         };
-        let (Some(thread), pos) = (s.thread.take(), s.pos) else {
+        if s.serial != serial || s.pos == NO_POS {
             return;
-        };
+        }
+        let pos = s.pos as usize;
         s.pos = NO_POS;
-        self.ended.push(thread);
-        self.free.push(slot);
-        let pos = pos as usize;
+        self.ended.push(slot);
         if pos < self.live.len() {
             self.live.swap_remove(pos);
             if let Some(&moved) = self.live.get(pos) {
@@ -142,50 +166,78 @@ impl Registry {
     }
 }
 
+/// The thread table whose carrier cells say which virtual thread is mounted (CPU mode; the
+/// signal handler copies the cell into each sample).
+static MOUNT_TABLE: OnceLock<&'static ThreadTable> = OnceLock::new();
+
+/// Lets the mount events and VirtualThreadStart/End write carrier cells in `table` (the one the
+/// signal handler reads); false if another table has that role already.
+pub fn set_mount_table(table: &'static ThreadTable) -> bool {
+    std::ptr::eq(*MOUNT_TABLE.get_or_init(|| table), table)
+}
+
+/// On a carrier, with a virtual thread current (mount, start) or leaving (unmount, end): notes
+/// `token` (0: none) as what the carrier runs.
+pub fn note_mounted(token: u64) {
+    if let Some(table) = MOUNT_TABLE.get() {
+        table.set_mounted(os::gettid(), token);
+    }
+}
+
 /// VirtualThreadStart, on the new virtual thread: registers it while a session records virtual
 /// threads.
 pub fn on_start(env: &Env, jni: &Jni, thread: JThread) {
-    let generation = {
+    {
         let mut r = lock(&REGISTRY);
-        if r.generation == 0 {
+        if !r.on {
             return;
         }
         if r.held() >= MAX_TRACKED {
             r.untracked += 1;
             return;
         }
-        r.generation
+    }
+    // JNI outside the lock: these calls may wait for a safepoint.
+    let id = jni.java_thread_id(thread).unwrap_or(0);
+    let name = env.thread_name(jni, thread).unwrap_or_default();
+    let label = match name.is_empty() {
+        true => format!("virtual #{id}"),
+        false => format!("virtual #{id} {name}"),
     };
-    // JNI outside the lock: NewGlobalRef may wait for a safepoint.
     let Some(reference) = jni.new_thread_ref(thread) else {
         return;
     };
     let mut r = lock(&REGISTRY);
-    if r.generation != generation {
+    if !r.on || r.held() >= MAX_TRACKED {
         drop(r);
         jni.delete_thread_ref(reference);
         return;
     }
-    let slot = r.insert(reference);
+    let token = r.insert(reference, label.into_boxed_str());
     r.started += 1;
     drop(r);
-    env.set_current_thread_local(encode(generation, slot));
+    env.set_current_thread_local(token as usize);
+    // The first mount posts VirtualThreadStart, not a mount event.
+    note_mounted(token);
 }
 
-/// VirtualThreadEnd, on the ending virtual thread: hands its reference to the writer.
+/// VirtualThreadEnd, on the ending virtual thread: hands it to the writer to reap.
 pub fn on_end(env: &Env) {
-    let value = env.current_thread_local();
-    if value == 0 {
-        return;
+    let token = env.current_thread_local() as u64;
+    if token != 0 {
+        lock(&REGISTRY).end(token);
     }
-    let (generation, slot) = decode(value);
-    let mut r = lock(&REGISTRY);
-    if generation == r.generation {
-        r.remove(slot);
-    }
+    // The last unmount posts VirtualThreadEnd, not an unmount event.
+    note_mounted(0);
 }
 
-/// Starts recording virtual threads (the writer thread, at a wall session's start): adds the
+/// The token of the virtual thread mounted on the calling carrier (in a mount event), 0 if it
+/// is not tracked.
+pub fn current_token(env: &Env) -> u64 {
+    env.current_thread_local() as u64
+}
+
+/// Starts recording virtual threads (the writer thread, at a session's start): adds the
 /// capability and turns the events on. False on a JVM without virtual threads.
 pub fn start(env: &Env) -> bool {
     if !env.add_virtual_thread_capability() {
@@ -193,14 +245,13 @@ pub fn start(env: &Env) -> bool {
     }
     {
         let mut r = lock(&REGISTRY);
-        r.last_generation = r.last_generation.wrapping_add(1).max(1);
-        r.generation = r.last_generation;
+        r.on = true;
         r.started = 0;
         r.untracked = 0;
         r.rng = jvmprof_jvmti::os::monotonic_ns() | 1;
     }
     if env.virtual_thread_events(true).is_err() {
-        lock(&REGISTRY).generation = 0;
+        lock(&REGISTRY).on = false;
         return false;
     }
     true
@@ -211,11 +262,33 @@ pub fn stop(env: &Env, jni: &Jni) {
     let _ = env.virtual_thread_events(false);
     let refs: Vec<ThreadRef> = {
         let mut r = lock(&REGISTRY);
-        r.generation = 0;
+        r.on = false;
         r.live.clear();
         r.free.clear();
-        let mut refs: Vec<ThreadRef> = std::mem::take(&mut r.ended);
-        refs.extend(r.slots.drain(..).filter_map(|s| s.thread));
+        r.ended.clear();
+        r.slots.drain(..).filter_map(|s| s.thread).collect()
+    };
+    for reference in refs {
+        jni.delete_thread_ref(reference);
+    }
+}
+
+/// Deletes the references of the threads that ended and frees their slots (the writer thread:
+/// after the samples taken before their end are named).
+pub fn reap(jni: &Jni) {
+    let refs: Vec<ThreadRef> = {
+        let mut r = lock(&REGISTRY);
+        let ended = std::mem::take(&mut r.ended);
+        let mut refs = Vec::with_capacity(ended.len());
+        for slot in ended {
+            if let Some(s) = r.slots.get_mut(slot as usize)
+                && let Some(t) = s.thread.take()
+            {
+                s.label = Box::default();
+                refs.push(t);
+                r.free.push(slot);
+            }
+        }
         refs
     };
     for reference in refs {
@@ -223,47 +296,60 @@ pub fn stop(env: &Env, jni: &Jni) {
     }
 }
 
-/// One tick's picks: the threads (global references, valid until the writer's next tick) and
-/// the weight of each, and how many were live.
+/// A tracked virtual thread: its profile name and (until the writer reaps it) its reference.
+pub struct Identity {
+    pub label: String,
+    pub thread: JThread,
+}
+
+/// The thread a token names, unless it was reaped since.
+pub fn identity(token: u64) -> Option<Identity> {
+    let r = lock(&REGISTRY);
+    let s = r.slot(token)?;
+    Some(Identity {
+        label: s.label.to_string(),
+        thread: s.thread.as_ref()?.thread(),
+    })
+}
+
+/// One tick's picks: the threads (global references, valid until the writer reaps them), their
+/// names and weights, and how many were live.
 pub struct Picks {
     pub threads: Vec<JThread>,
+    pub labels: Vec<String>,
     pub weights: Vec<u64>,
     pub live: usize,
 }
 
-/// Deletes the references of threads that ended, and picks up to `k` live threads at random
-/// with weights summing to the number live (see the module comment). On the writer thread only.
+/// Reaps the threads that ended, then picks up to `k` live threads at random with weights
+/// summing to the number live (see the module comment). On the writer thread only.
 pub fn pick(jni: &Jni, k: usize) -> Picks {
-    let (ended, picks) = {
-        let mut r = lock(&REGISTRY);
-        let ended = std::mem::take(&mut r.ended);
-        let n = r.live.len();
-        let k = k.min(n);
-        for i in 0..k {
-            let j = i + (r.next_random() % (n - i) as u64) as usize;
-            r.swap_live(i, j);
-        }
-        let threads: Vec<JThread> = r.live[..k]
-            .iter()
-            .filter_map(|&s| r.slots[s as usize].thread.as_ref().map(|t| t.thread()))
-            .collect();
-        let k = threads.len().max(1) as u64;
-        let weights = (0..threads.len() as u64)
-            .map(|i| (i + 1) * n as u64 / k - i * n as u64 / k)
-            .collect();
-        (
-            ended,
-            Picks {
-                threads,
-                weights,
-                live: n,
-            },
-        )
-    };
-    for reference in ended {
-        jni.delete_thread_ref(reference);
+    reap(jni);
+    let mut r = lock(&REGISTRY);
+    let n = r.live.len();
+    let k = k.min(n);
+    for i in 0..k {
+        let j = i + (r.next_random() % (n - i) as u64) as usize;
+        r.swap_live(i, j);
     }
-    picks
+    let (mut threads, mut labels) = (Vec::with_capacity(k), Vec::with_capacity(k));
+    for &s in &r.live[..k] {
+        let slot = &r.slots[s as usize];
+        if let Some(t) = slot.thread.as_ref() {
+            threads.push(t.thread());
+            labels.push(slot.label.to_string());
+        }
+    }
+    let picked = threads.len().max(1) as u64;
+    let weights = (0..threads.len() as u64)
+        .map(|i| (i + 1) * n as u64 / picked - i * n as u64 / picked)
+        .collect();
+    Picks {
+        threads,
+        labels,
+        weights,
+        live: n,
+    }
 }
 
 /// (virtual threads registered since the session started, threads not tracked because the
@@ -288,10 +374,11 @@ mod tests {
     }
 
     #[test]
-    fn thread_local_values_round_trip_and_are_never_zero() {
-        for (g, s) in [(1u32, 0u32), (7, 131_071), (u32::MAX, 5)] {
-            assert_ne!(encode(g, s), 0);
-            assert_eq!(decode(encode(g, s)), (g, s));
+    fn tokens_round_trip_and_are_never_zero() {
+        assert!(MAX_TRACKED < 1 << 18);
+        for (serial, slot) in [(0u64, 0u32), (7, 131_071), ((1 << 46) - 1, 5)] {
+            assert_ne!(encode(serial, slot), 0);
+            assert_eq!(decode(encode(serial, slot)), (serial, slot));
         }
     }
 }

@@ -23,6 +23,9 @@ pub struct ThreadTable {
     contexts: Box<[AtomicU64]>,
     /// `Thread.getId()` of the thread whose context the slot holds (0: none published).
     java_ids: Box<[AtomicU64]>,
+    /// The token of the virtual thread mounted on this carrier (0: none), written by the
+    /// VirtualThreadMount/Unmount events on the carrier itself and read by the signal handler.
+    mounted: Box<[AtomicU64]>,
     /// Whether any thread was given a context cell since the contexts were last cleared (the
     /// safepoint sampler skips its scans otherwise).
     contexts_in_use: AtomicBool,
@@ -42,6 +45,7 @@ impl ThreadTable {
                 .collect(),
             contexts: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
             java_ids: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
+            mounted: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
             contexts_in_use: AtomicBool::new(false),
             mask: capacity - 1,
         }
@@ -76,6 +80,7 @@ impl ThreadTable {
                     // A new thread in this slot: nothing of the slot's last thread carries over.
                     self.contexts[idx].store(0, Ordering::Release);
                     self.java_ids[idx].store(0, Ordering::Release);
+                    self.mounted[idx].store(0, Ordering::Release);
                 }
                 self.stacks[idx].0.store(stack.0, Ordering::Release);
                 self.stacks[idx].1.store(stack.1, Ordering::Release);
@@ -152,6 +157,27 @@ impl ThreadTable {
             }
         }
         m
+    }
+
+    /// Notes the virtual thread (a token, 0: none) now mounted on the carrier `tid`; nothing
+    /// when `tid` is not in the table.
+    pub fn set_mounted(&self, tid: u32, token: u64) {
+        if let Some(idx) = self.find(tid) {
+            self.mounted[idx].store(token, Ordering::Release);
+        }
+    }
+
+    /// The virtual thread mounted on `tid` (0: none). Async-signal-safe: no lock, no allocation.
+    pub fn mounted(&self, tid: u32) -> u64 {
+        self.find(tid)
+            .map_or(0, |idx| self.mounted[idx].load(Ordering::Acquire))
+    }
+
+    /// Forgets every mounted virtual thread (when a session stops tracking them).
+    pub fn clear_mounted(&self) {
+        for m in self.mounted.iter() {
+            m.store(0, Ordering::Release);
+        }
     }
 
     /// Every known thread's tid by its JNIEnv address (for naming a virtual thread's carrier).
