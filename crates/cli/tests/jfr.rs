@@ -120,7 +120,7 @@ fn recordings_in_and_out_on_every_jdk() {
     let mut recordings = Vec::new();
     for home in &homes {
         let jdk = jdk_version(home.as_deref());
-        let (file, real) = record(home.as_deref(), &dir, jdk);
+        let (file, real) = record(home.as_deref(), &dir, &jdk);
         let f = file.to_str().unwrap();
 
         // The split, against ThreadMXBean.

@@ -11,11 +11,19 @@
 //!   chunks resume after a yield, whose stack the walk sees only down to the lazily thawed
 //!   frames: the agent completes them from the thread's JVMTI stack (without that, only a
 //!   thread's first chunk kept its kind: spinA's share read 47 % for a true 33 %); and the
-//!   samples are named after the virtual thread that ran, with its carrier's tid.
+//!   samples are named after the virtual thread that ran, with its carrier's tid;
+//! - root mode's CPU timer (`--root VThreads.task --timer cpu`) charges each virtual thread only
+//!   the CPU it used while mounted: burn()'s CPU per kind within 15 % of the program's clocks
+//!   (the probes' calibrated cost comes off), and the sleepers' 10,000 sleeps cost under 50 µs
+//!   each (the carrier's clock charged a sleeper with all that ran on its carrier meanwhile);
+//! - `jvmprof dump` lists the virtual threads of a running JVM (fixture `VThreadsIdle`) by
+//!   container, exactly those it started, each with its own frames and state, in JSON and text.
 
 use jvmprof_profile::{Metric, Profile, ThreadState};
 use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
+use std::process::{Child, Command, Stdio};
 
 mod common;
 use common::*;
@@ -43,12 +51,21 @@ fn kind_of(frames: &[String]) -> Option<&'static str> {
 }
 
 fn run_fixture(home: &Path, args: &[&str], file: &Path) -> std::process::Output {
+    run_fixture_with(home, args, file, "10000")
+}
+
+fn run_fixture_with(
+    home: &Path,
+    args: &[&str],
+    file: &Path,
+    threads: &str,
+) -> std::process::Output {
     let cp = format!("{}:{}", classes21().display(), classes().display());
     let mut cmd = std::process::Command::new(jvmprof());
     cmd.arg("record").args(args).arg("-o").arg(file).arg("--");
     cmd.arg(jdk_tool(Some(home), "java"))
         .args(["--add-opens", "java.base/java.lang=ALL-UNNAMED", "-cp", &cp])
-        .args(["VThreads", "10000", "3"]);
+        .args(["VThreads", threads, "3"]);
     run_ok(&mut cmd)
 }
 
@@ -246,5 +263,178 @@ fn cpu_mode_splits_virtual_threads_cpu_truly() {
     let _g = serial();
     for home in vthread_homes() {
         check_cpu(&home);
+    }
+}
+
+struct Target(Child);
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn check_dump(home: &Path) {
+    let jdk = jdk_version(Some(home));
+    let cp = format!("{}:{}", classes21().display(), classes().display());
+    let mut child = Command::new(jdk_tool(Some(home), "java"))
+        .args(["-cp", &cp, "VThreadsIdle", "5", "3"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let target = Target(child);
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let pid = target.0.id().to_string();
+    let out = run_ok(Command::new(jvmprof()).args(["dump", &pid, "--format", "json"]));
+    let dump: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let containers = dump["containers"].as_array().unwrap();
+    let names = |c: &serde_json::Value| -> Vec<String> {
+        let mut v: Vec<String> = c["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let root = containers
+        .iter()
+        .find(|c| c["name"] == "<root>")
+        .unwrap_or_else(|| panic!("JDK {jdk}: no root container in {dump}"));
+    assert_eq!(
+        names(root),
+        (0..5).map(|i| format!("idle-root-{i}")).collect::<Vec<_>>(),
+        "JDK {jdk}"
+    );
+    for t in root["threads"].as_array().unwrap() {
+        let frames: Vec<&str> = t["stack"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["frame"].as_str().unwrap())
+            .collect();
+        assert!(
+            frames.contains(&"VThreadsIdle.sleepForever"),
+            "JDK {jdk}: {t}"
+        );
+        assert_eq!(t["state"], "TIMED_WAITING", "JDK {jdk}: {t}");
+    }
+    let exec = containers
+        .iter()
+        .find(|c| {
+            c["name"]
+                .as_str()
+                .unwrap()
+                .contains("ThreadPerTaskExecutor")
+        })
+        .unwrap_or_else(|| panic!("JDK {jdk}: no executor container in {dump}"));
+    assert_eq!(exec["parent"], "<root>");
+    assert_eq!(exec["threads"].as_array().unwrap().len(), 3, "JDK {jdk}");
+    for t in exec["threads"].as_array().unwrap() {
+        assert_eq!(t["state"], "WAITING", "JDK {jdk}: {t}");
+        let stack = t["stack"].to_string();
+        assert!(stack.contains("VThreadsIdle.waitForLock"), "JDK {jdk}: {t}");
+        assert!(stack.contains("ReentrantLock.lock"), "JDK {jdk}: {t}");
+    }
+    // Exactly the program's virtual threads: 8 in all, and none of them among the platform ones.
+    assert_eq!(dump["virtual_threads"], 8, "JDK {jdk}");
+    let platform: Vec<&str> = dump["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(platform.contains(&"main") && !platform.iter().any(|n| n.starts_with("idle-")));
+
+    let text = run_ok(Command::new(jvmprof()).args(["dump", &pid]));
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("Container <root> (5 virtual threads)"),
+        "JDK {jdk}: {text}"
+    );
+    assert!(text.contains("\"idle-root-3\" #"), "JDK {jdk}: {text}");
+    assert!(text.contains(" virtual TIMED_WAITING"), "JDK {jdk}: {text}");
+    assert!(
+        text.contains("\tat VThreadsIdle.waitForLock(line "),
+        "JDK {jdk}: {text}"
+    );
+}
+
+#[test]
+fn dump_lists_virtual_threads_by_container() {
+    let _g = serial();
+    for home in vthread_homes() {
+        check_dump(&home);
+    }
+}
+
+fn check_root_cpu(home: &Path) {
+    let jdk = jdk_version(Some(home));
+    let file = scratch(&format!("vthreads-{jdk}")).join("root.jvmprof");
+    let out = run_fixture_with(
+        home,
+        &[
+            "--mode",
+            "exact",
+            "--root",
+            "VThreads.task",
+            "--timer",
+            "cpu",
+        ],
+        &file,
+        "10000",
+    );
+    let cpu = truth(&out.stdout, "cpu");
+    let sleepers = truth(&out.stdout, "threads")["sleeper"];
+    let p = jvmprof_profile::read_any(&file).unwrap();
+    let ns = p.metric_index(Metric::CpuNs).unwrap();
+    let mut burn: HashMap<&str, f64> = HashMap::new();
+    let mut sleeper = 0.0;
+    for s in &p.samples {
+        let f = frames(&p, s.stack);
+        let v = s.values[ns] as f64;
+        match kind_of(&f) {
+            Some(k) if f.iter().any(|x| x == "VThreads.burn") => {
+                *burn.entry(k).or_default() += v;
+            }
+            Some("sleeper") => sleeper += v,
+            _ => {}
+        }
+    }
+    let per_sleep_us = sleeper / (10.0 * sleepers) / 1e3;
+    eprintln!(
+        "JDK {jdk}: root --timer cpu: burn() under spinA {:.0} ms (program {:.0} ms), spinB {:.0} \
+         ms ({:.0} ms); sleepers {:.1} ms in all, {per_sleep_us:.1} µs per sleep",
+        burn.get("spinA").copied().unwrap_or(0.0) / 1e6,
+        cpu["spinA"] / 1e6,
+        burn.get("spinB").copied().unwrap_or(0.0) / 1e6,
+        cpu["spinB"] / 1e6,
+        sleeper / 1e6
+    );
+    for k in ["spinA", "spinB"] {
+        let (got, real) = (burn.get(k).copied().unwrap_or(0.0), cpu[k]);
+        assert!(
+            (got / real - 1.0).abs() <= 0.15,
+            "JDK {jdk}: root mode charged burn() under {k} {:.0} ms of CPU, the program measured \
+             {:.0} ms",
+            got / 1e6,
+            real / 1e6
+        );
+    }
+    assert!(
+        per_sleep_us < 50.0,
+        "JDK {jdk}: sleepers charged {:.0} ms of CPU, {per_sleep_us:.0} µs per sleep",
+        sleeper / 1e6
+    );
+}
+
+#[test]
+fn root_cpu_timer_charges_virtual_threads_their_mounted_cpu() {
+    let _g = serial();
+    for home in vthread_homes() {
+        check_root_cpu(&home);
     }
 }

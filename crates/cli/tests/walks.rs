@@ -66,11 +66,11 @@ fn failed_walks_are_recovered() {
         assert_eq!(none, 0, "recover_walks=false recovers nothing");
         assert!(recovered > 0, "{home:?}: nothing recovered");
         if off < 0.20 {
-            // JDK 21's AsyncGetCallTrace gives up on this program in about 2 % of samples only
-            // (1.8 % measured): recovery can only take those, so it must leave no more
-            // [unknown] than it found, and the program's share must not fall (beyond noise).
+            // JDK 21's AsyncGetCallTrace gives up on this program in 0.4-2 % of samples only:
+            // recovery can only take those, so it must leave no more [unknown] than it found
+            // and the program's share must not fall (both beyond a point of noise).
             assert!(
-                on <= off,
+                on <= off + 0.01,
                 "{home:?}: [unknown] is {:.1} % with recovery, {:.1} % without",
                 100.0 * on,
                 100.0 * off

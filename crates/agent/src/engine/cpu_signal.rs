@@ -366,7 +366,7 @@ impl Engine for CpuSignal {
         self.sampler.recover.store(self.recover, Ordering::Relaxed);
         self.cpu_at_start
             .store(os::process_cpu_ns(), Ordering::Relaxed);
-        if let Some(v) = super::vcpu::VirtualCpu::start(self.env, self.sampler.threads) {
+        if let Some(v) = super::vcpu::VirtualCpu::start(self.env, jni, self.sampler.threads) {
             let _ = self.vcpu.set(v);
         }
         signal::activate(self.sampler)

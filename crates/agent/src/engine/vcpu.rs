@@ -28,15 +28,6 @@ use jvmprof_profile::{Metric, ThreadState};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-fn on_mount(env: &Env, mounted: bool) {
-    let token = if mounted {
-        vthreads::current_token(env)
-    } else {
-        0
-    };
-    vthreads::note_mounted(token);
-}
-
 /// A drained sample of a virtual thread, waiting for its poll's batch.
 pub struct Pending {
     pub header: Header,
@@ -67,31 +58,29 @@ struct Stats {
 
 pub struct VirtualCpu {
     env: Env,
-    threads: &'static ThreadTable,
     stats: Mutex<Stats>,
 }
 
 impl VirtualCpu {
     /// Starts tracking virtual threads and their mounts (the writer thread); None on a JVM
     /// without virtual threads or without the mount events.
-    pub fn start(env: Env, threads: &'static ThreadTable) -> Option<VirtualCpu> {
-        if !vthreads::set_mount_table(threads) || !vthreads::start(&env) {
+    pub fn start(env: Env, jni: &Jni, threads: &'static ThreadTable) -> Option<VirtualCpu> {
+        if !vthreads::start(&env) {
             return None;
         }
-        if !env.set_mount_handler(Some(on_mount)) {
-            return None; // stop() deletes what the registry took meanwhile
+        if !vthreads::track_mounts(&env, threads) {
+            vthreads::stop(&env, jni);
+            return None;
         }
         Some(VirtualCpu {
             env,
-            threads,
             stats: Mutex::new(Stats::default()),
         })
     }
 
     pub fn stop(&self, jni: &Jni) {
-        self.env.set_mount_handler(None);
+        vthreads::untrack_mounts(&self.env);
         vthreads::stop(&self.env, jni);
-        self.threads.clear_mounted();
     }
 
     /// (samples, completed below a lazy thaw, left as walked), for the profile's metadata.

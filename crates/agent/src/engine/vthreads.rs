@@ -30,6 +30,7 @@
 use crate::sampler::threads::ThreadTable;
 use crate::sync::lock;
 use jvmprof_jvmti::{Env, JThread, Jni, ThreadRef, os};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// The most virtual threads held at once (live, plus ended ones whose reference the writer
@@ -53,6 +54,8 @@ struct Slot {
 struct Registry {
     /// Whether a session records virtual threads.
     on: bool,
+    /// Engines of the session that use the registry ([`start`] / [`stop`]).
+    users: usize,
     /// Registrations so far, over every session (a token's serial).
     serial: u64,
     slots: Vec<Slot>,
@@ -68,6 +71,7 @@ struct Registry {
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     on: false,
+    users: 0,
     serial: 0,
     slots: Vec::new(),
     free: Vec::new(),
@@ -166,21 +170,92 @@ impl Registry {
     }
 }
 
-/// The thread table whose carrier cells say which virtual thread is mounted (CPU mode; the
-/// signal handler copies the cell into each sample).
+/// The thread table whose carrier cells say which virtual thread is mounted (CPU mode's
+/// signal handler copies the cell into each sample; root mode's CPU timer reads it).
 static MOUNT_TABLE: OnceLock<&'static ThreadTable> = OnceLock::new();
+/// Sessions' parts that need the mount events (CPU sampling, root mode's CPU timer).
+static MOUNT_USERS: Mutex<usize> = Mutex::new(0);
+/// CPU time (ns) each slot's thread used while mounted, up to its last unmount: a fixed array,
+/// so that the mount events and root mode's CPU timer reach it without a lock.
+static MOUNTED_CPU: OnceLock<Box<[AtomicU64]>> = OnceLock::new();
 
-/// Lets the mount events and VirtualThreadStart/End write carrier cells in `table` (the one the
-/// signal handler reads); false if another table has that role already.
-pub fn set_mount_table(table: &'static ThreadTable) -> bool {
-    std::ptr::eq(*MOUNT_TABLE.get_or_init(|| table), table)
+fn mounted_cpu(slot: u32) -> Option<&'static AtomicU64> {
+    MOUNTED_CPU.get()?.get(slot as usize)
 }
 
-/// On a carrier, with a virtual thread current (mount, start) or leaving (unmount, end): notes
-/// `token` (0: none) as what the carrier runs.
-pub fn note_mounted(token: u64) {
+fn on_mount(env: &Env, mounted: bool) {
+    if mounted {
+        note_mount(current_token(env));
+    } else {
+        note_unmount();
+    }
+}
+
+/// On a carrier, with a tracked virtual thread (a token) just mounted (mount event, start):
+/// the carrier runs it from now, its CPU time counted from here.
+fn note_mount(token: u64) {
     if let Some(table) = MOUNT_TABLE.get() {
-        table.set_mounted(os::gettid(), token);
+        table.set_mounted(os::gettid(), token, os::thread_cpu_ns());
+    }
+}
+
+/// On a carrier whose virtual thread is leaving (unmount event, end): its CPU time since the
+/// mount goes to its account, and the carrier runs none.
+fn note_unmount() {
+    let Some(table) = MOUNT_TABLE.get() else {
+        return;
+    };
+    let tid = os::gettid();
+    let (token, at) = table.mounted_at(tid);
+    if token != 0
+        && let Some(acc) = mounted_cpu(decode(token).1)
+    {
+        acc.fetch_add(os::thread_cpu_ns().saturating_sub(at), Ordering::Relaxed);
+    }
+    table.set_mounted(tid, 0, 0);
+}
+
+/// The CPU time (ns) of the calling thread as root mode's CPU timer should see it: `raw` (the
+/// OS thread's clock) on a platform thread; on a carrier running a tracked virtual thread, that
+/// virtual thread's own CPU time (what it used while mounted). Lock-free, cannot panic.
+pub fn thread_cpu(raw: i64) -> i64 {
+    let Some(table) = MOUNT_TABLE.get() else {
+        return raw;
+    };
+    let (token, at) = table.mounted_at(os::gettid());
+    match (token, mounted_cpu(decode(token).1)) {
+        (0, _) | (_, None) => raw,
+        (_, Some(acc)) => {
+            let before = acc.load(Ordering::Relaxed);
+            (before.saturating_add((raw as u64).saturating_sub(at))).min(i64::MAX as u64) as i64
+        }
+    }
+}
+
+/// Turns the mount events on for one more user (the writer thread), writing carrier cells in
+/// `table`; needs [`start`] first. False when this JVM has no mount events.
+pub fn track_mounts(env: &Env, table: &'static ThreadTable) -> bool {
+    if !std::ptr::eq(*MOUNT_TABLE.get_or_init(|| table), table) {
+        return false;
+    }
+    MOUNTED_CPU.get_or_init(|| (0..MAX_TRACKED).map(|_| AtomicU64::new(0)).collect());
+    let mut users = lock(&MOUNT_USERS);
+    if *users == 0 && !env.set_mount_handler(Some(on_mount)) {
+        return false;
+    }
+    *users += 1;
+    true
+}
+
+/// One user less of the mount events; the last one turns them off and clears the cells.
+pub fn untrack_mounts(env: &Env) {
+    let mut users = lock(&MOUNT_USERS);
+    *users = users.saturating_sub(1);
+    if *users == 0 {
+        env.set_mount_handler(None);
+        if let Some(table) = MOUNT_TABLE.get() {
+            table.clear_mounted();
+        }
     }
 }
 
@@ -217,8 +292,11 @@ pub fn on_start(env: &Env, jni: &Jni, thread: JThread) {
     r.started += 1;
     drop(r);
     env.set_current_thread_local(token as usize);
+    if let Some(acc) = mounted_cpu(decode(token).1) {
+        acc.store(0, Ordering::Relaxed);
+    }
     // The first mount posts VirtualThreadStart, not a mount event.
-    note_mounted(token);
+    note_mount(token);
 }
 
 /// VirtualThreadEnd, on the ending virtual thread: hands it to the writer to reap.
@@ -228,7 +306,7 @@ pub fn on_end(env: &Env) {
         lock(&REGISTRY).end(token);
     }
     // The last unmount posts VirtualThreadEnd, not an unmount event.
-    note_mounted(0);
+    note_unmount();
 }
 
 /// The token of the virtual thread mounted on the calling carrier (in a mount event), 0 if it
@@ -237,28 +315,47 @@ pub fn current_token(env: &Env) -> u64 {
     env.current_thread_local() as u64
 }
 
-/// Starts recording virtual threads (the writer thread, at a session's start): adds the
-/// capability and turns the events on. False on a JVM without virtual threads.
+/// Starts recording virtual threads for one more user (the writer thread, at a session's
+/// start): the first adds the capability and turns the events on. False on a JVM without
+/// virtual threads.
 pub fn start(env: &Env) -> bool {
+    {
+        let mut r = lock(&REGISTRY);
+        if r.users > 0 {
+            r.users += 1;
+            return true;
+        }
+    }
     if !env.add_virtual_thread_capability() {
         return false;
     }
     {
         let mut r = lock(&REGISTRY);
         r.on = true;
+        r.users = 1;
         r.started = 0;
         r.untracked = 0;
         r.rng = jvmprof_jvmti::os::monotonic_ns() | 1;
     }
     if env.virtual_thread_events(true).is_err() {
-        lock(&REGISTRY).on = false;
+        let mut r = lock(&REGISTRY);
+        r.on = false;
+        r.users = 0;
         return false;
     }
     true
 }
 
-/// Stops recording (the writer thread): events off, every reference deleted.
+/// One user less (the writer thread); the last turns the events off and deletes every
+/// reference.
 pub fn stop(env: &Env, jni: &Jni) {
+    {
+        let mut r = lock(&REGISTRY);
+        r.users = r.users.saturating_sub(1);
+        if r.users > 0 {
+            return;
+        }
+    }
     let _ = env.virtual_thread_events(false);
     let refs: Vec<ThreadRef> = {
         let mut r = lock(&REGISTRY);

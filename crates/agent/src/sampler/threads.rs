@@ -26,6 +26,8 @@ pub struct ThreadTable {
     /// The token of the virtual thread mounted on this carrier (0: none), written by the
     /// VirtualThreadMount/Unmount events on the carrier itself and read by the signal handler.
     mounted: Box<[AtomicU64]>,
+    /// The carrier's CPU time (ns) when that virtual thread mounted.
+    mounted_cpu: Box<[AtomicU64]>,
     /// Whether any thread was given a context cell since the contexts were last cleared (the
     /// safepoint sampler skips its scans otherwise).
     contexts_in_use: AtomicBool,
@@ -46,6 +48,7 @@ impl ThreadTable {
             contexts: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
             java_ids: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
             mounted: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
+            mounted_cpu: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
             contexts_in_use: AtomicBool::new(false),
             mask: capacity - 1,
         }
@@ -161,10 +164,20 @@ impl ThreadTable {
 
     /// Notes the virtual thread (a token, 0: none) now mounted on the carrier `tid`; nothing
     /// when `tid` is not in the table.
-    pub fn set_mounted(&self, tid: u32, token: u64) {
+    /// `cpu_ns` is the carrier's CPU time at the mount. Only the carrier itself writes its cell.
+    pub fn set_mounted(&self, tid: u32, token: u64, cpu_ns: u64) {
         if let Some(idx) = self.find(tid) {
+            self.mounted_cpu[idx].store(cpu_ns, Ordering::Relaxed);
             self.mounted[idx].store(token, Ordering::Release);
         }
+    }
+
+    /// The virtual thread mounted on `tid` (0: none) and the carrier's CPU time at its mount.
+    pub fn mounted_at(&self, tid: u32) -> (u64, u64) {
+        self.find(tid).map_or((0, 0), |idx| {
+            let token = self.mounted[idx].load(Ordering::Acquire);
+            (token, self.mounted_cpu[idx].load(Ordering::Relaxed))
+        })
     }
 
     /// The virtual thread mounted on `tid` (0: none). Async-signal-safe: no lock, no allocation.
