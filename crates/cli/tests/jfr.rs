@@ -136,8 +136,12 @@ fn recordings_in_and_out_on_every_jdk() {
             hot + cold
         );
         assert!(hot + cold > 200.0, "too few samples: {got:?}");
+        // These are JFR's samples: on JDK 21, which has no CPU-time sampler, its
+        // ExecutionSample over-weights the busier thread (81.8 % measured for 75 %, see
+        // shared notes on JFR's CPU fairness), so the bar there is JFR's, not ours.
+        let bar = if jdk == "21" { 10.0 } else { 5.0 };
         assert!(
-            (share - truth).abs() <= 5.0,
+            (share - truth).abs() <= bar,
             "JDK {jdk}: sampled hot share {share:.1} %, JVM's {truth:.1} %"
         );
         let profile = jvmprof_profile::read_any(&file).unwrap();
