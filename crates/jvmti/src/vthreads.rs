@@ -136,6 +136,13 @@ impl Env {
         jvmti.add_capabilities(&caps).is_ok()
     }
 
+    /// Gives `can_support_virtual_threads` back (at the end of a session that added it).
+    pub fn relinquish_virtual_thread_capability(&self) {
+        let mut caps = jvmti::jvmtiCapabilities::default();
+        caps.set_can_support_virtual_threads(true);
+        let _ = self.jvmti().relinquish_capabilities(&caps);
+    }
+
     /// Turns the VirtualThreadStart and VirtualThreadEnd events on or off.
     pub fn virtual_thread_events(&self, on: bool) -> Result<(), Error> {
         let events = [

@@ -366,11 +366,11 @@ impl Engine for CpuSignal {
         self.sampler.recover.store(self.recover, Ordering::Relaxed);
         self.cpu_at_start
             .store(os::process_cpu_ns(), Ordering::Relaxed);
+        signal::activate(self.sampler)
+            .map_err(|e| format!("cannot install SIGPROF handler: {e}"))?;
         if let Some(v) = super::vcpu::VirtualCpu::start(self.env, jni, self.sampler.threads) {
             let _ = self.vcpu.set(v);
         }
-        signal::activate(self.sampler)
-            .map_err(|e| format!("cannot install SIGPROF handler: {e}"))?;
         self.reconcile_timers();
         Ok(())
     }

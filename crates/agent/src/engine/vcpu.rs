@@ -68,7 +68,7 @@ impl VirtualCpu {
         if !vthreads::start(&env) {
             return None;
         }
-        if !vthreads::track_mounts(&env, threads) {
+        if !vthreads::track_mounts(&env, threads, false) {
             vthreads::stop(&env, jni);
             return None;
         }
@@ -79,7 +79,7 @@ impl VirtualCpu {
     }
 
     pub fn stop(&self, jni: &Jni) {
-        vthreads::untrack_mounts(&self.env);
+        vthreads::untrack_mounts(&self.env, false);
         vthreads::stop(&self.env, jni);
     }
 

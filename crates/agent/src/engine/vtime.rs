@@ -38,7 +38,7 @@ impl Engine for VirtualCpuTime {
         if !vthreads::start(env) {
             return Ok(()); // no virtual threads in this JVM
         }
-        if !vthreads::track_mounts(env, self.ctx.threads) {
+        if !vthreads::track_mounts(env, self.ctx.threads, true) {
             vthreads::stop(env, jni);
             return Ok(());
         }
@@ -56,7 +56,7 @@ impl Engine for VirtualCpuTime {
     fn stop(&self, jni: &Jni) {
         if self.on.swap(false, Ordering::AcqRel) {
             jvmprof_jvmti::hierarchy::set_cpu_now_hook(None);
-            vthreads::untrack_mounts(&self.ctx.env);
+            vthreads::untrack_mounts(&self.ctx.env, true);
             vthreads::stop(&self.ctx.env, jni);
         }
     }
