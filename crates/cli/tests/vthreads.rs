@@ -16,6 +16,8 @@
 //!   the CPU it used while mounted: burn()'s CPU per kind within 15 % of the program's clocks
 //!   (the probes' calibrated cost comes off), and the sleepers' 10,000 sleeps cost under 50 µs
 //!   each (the carrier's clock charged a sleeper with all that ran on its carrier meanwhile);
+//! - a wall session attached to a running JVM sees the virtual threads that were alive before
+//!   it (adopted from the thread containers): all 8 of `VThreadsIdle`'s, with their frames;
 //! - `jvmprof dump` lists the virtual threads of a running JVM (fixture `VThreadsIdle`) by
 //!   container, exactly those it started, each with its own frames and state, in JSON and text.
 
@@ -275,8 +277,7 @@ impl Drop for Target {
     }
 }
 
-fn check_dump(home: &Path) {
-    let jdk = jdk_version(Some(home));
+fn start_idle(home: &Path) -> Target {
     let cp = format!("{}:{}", classes21().display(), classes().display());
     let mut child = Command::new(jdk_tool(Some(home), "java"))
         .args(["-cp", &cp, "VThreadsIdle", "5", "3"])
@@ -284,8 +285,61 @@ fn check_dump(home: &Path) {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let target = Target(child);
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    Target(child)
+}
+
+fn check_attach(home: &Path) {
+    let jdk = jdk_version(Some(home));
+    let target = start_idle(home);
+    let pid = target.0.id().to_string();
+    let file = scratch(&format!("vthreads-{jdk}")).join("attach.jvmprof");
+    run_ok(
+        Command::new(jvmprof())
+            .args(["record", "--pid", &pid, "--mode", "wall"])
+            .args(["--duration", "2s", "-o", file.to_str().unwrap()]),
+    );
+    let p = jvmprof_profile::read_any(&file).unwrap();
+    assert_eq!(
+        p.meta.extra["virtual_threads_adopted"], "8",
+        "JDK {jdk}: {:?}",
+        p.meta.extra
+    );
+    let mut seen: HashMap<String, bool> = HashMap::new();
+    for s in &p.samples {
+        let name = &p.threads[s.thread as usize].name;
+        if !name.starts_with("virtual #") {
+            continue;
+        }
+        let f = frames(&p, s.stack);
+        let own = f
+            .iter()
+            .any(|x| x == "VThreadsIdle.sleepForever" || x == "VThreadsIdle.waitForLock");
+        *seen.entry(name.clone()).or_default() |= own;
+    }
+    eprintln!("JDK {jdk}: attached wall session saw {seen:?}");
+    assert_eq!(seen.len(), 8, "JDK {jdk}: {seen:?}");
+    assert!(seen.values().all(|own| *own), "JDK {jdk}: {seen:?}");
+    for i in 0..5 {
+        assert!(
+            seen.keys().any(|n| n.ends_with(&format!(" idle-root-{i}"))),
+            "JDK {jdk}: idle-root-{i} not in {seen:?}"
+        );
+    }
+    drop(target);
+}
+
+#[test]
+fn an_attached_wall_session_sees_virtual_threads_started_before_it() {
+    let _g = serial();
+    for home in vthread_homes() {
+        check_attach(&home);
+    }
+}
+
+fn check_dump(home: &Path) {
+    let jdk = jdk_version(Some(home));
+    let target = start_idle(home);
     let pid = target.0.id().to_string();
     let out = run_ok(Command::new(jvmprof()).args(["dump", &pid, "--format", "json"]));
     let dump: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

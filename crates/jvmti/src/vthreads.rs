@@ -173,6 +173,30 @@ impl Env {
         .is_ok()
     }
 
+    /// Stores `value` in the JVMTI thread-local storage of `thread` (any live thread, virtual
+    /// ones included); false when the JVM refuses.
+    pub fn set_thread_local(&self, thread: JThread, value: usize) -> bool {
+        // SAFETY: `thread` is a live reference (JThread contract); the value is an integer
+        // JVMTI stores and never dereferences.
+        unsafe {
+            self.jvmti()
+                .set_thread_local_storage(thread.0, value as *const _)
+        }
+        .is_ok()
+    }
+
+    /// The value stored in `thread`'s JVMTI thread-local storage (0: none).
+    pub fn thread_local(&self, thread: JThread) -> usize {
+        // SAFETY: `thread` is a live reference (JThread contract).
+        unsafe { self.jvmti().get_thread_local_storage(thread.0) }.map_or(0, |p| p as usize)
+    }
+
+    /// `GetThreadState` of `thread` (0 when it fails).
+    pub fn thread_state(&self, thread: JThread) -> i32 {
+        // SAFETY: `thread` is a live reference (JThread contract).
+        unsafe { self.jvmti().get_thread_state(thread.0) }.unwrap_or(0) as i32
+    }
+
     /// The value [`Env::set_current_thread_local`] stored on the current thread (0: none).
     pub fn current_thread_local(&self) -> usize {
         // SAFETY: as above.
@@ -304,6 +328,109 @@ impl Jni {
         // SAFETY: `thread` is a live java.lang.Thread reference and `field` its `eetop` (long).
         let eetop = unsafe { env.get_long_field(thread.0, field as jni::jfieldID) } as usize;
         (eetop != 0).then(|| eetop + offset)
+    }
+
+    /// Calls `f` with each virtual thread that the JDK's thread containers know, at most `max`
+    /// (JDK 21+: the root container tracks every virtual thread started directly unless
+    /// `jdk.trackAllThreads=false`; executors and task scopes have containers of their own).
+    /// Each reference is valid during its call only. Returns how many were passed; 0 on a JDK
+    /// without thread containers. JNI reaches `jdk.internal.vm`, which the module system does not
+    /// export, as it reaches any class.
+    pub fn for_each_virtual_thread(&self, max: usize, mut f: impl FnMut(JThread)) -> usize {
+        let env = self.env();
+        let failed = || {
+            let e = env.exception_check();
+            if e {
+                env.exception_clear();
+            }
+            e
+        };
+        self.with_local_frame(64, || {
+            let holder = env.find_class("jdk/internal/vm/ThreadContainers");
+            let container = env.find_class("jdk/internal/vm/ThreadContainer");
+            let stream = env.find_class("java/util/stream/Stream");
+            if failed() {
+                return 0;
+            }
+            let (Some(holder), Some(container), Some(stream)) = (holder, container, stream) else {
+                return 0;
+            };
+            // SAFETY: live class references; the ids name methods of these classes.
+            let ids = unsafe {
+                (
+                    env.get_static_method_id(holder, "root", "()Ljdk/internal/vm/ThreadContainer;"),
+                    env.get_method_id(container, "threads", "()Ljava/util/stream/Stream;"),
+                    env.get_method_id(container, "children", "()Ljava/util/stream/Stream;"),
+                    env.get_method_id(stream, "toArray", "()[Ljava/lang/Object;"),
+                )
+            };
+            if failed() {
+                return 0;
+            }
+            let (Some(root), Some(threads), Some(children), Some(to_array)) = ids else {
+                return 0;
+            };
+            // The objects of `container.method()`'s stream, as an array (a local reference).
+            let array_of = |c: jni::jobject, method: jni::jmethodID| -> jni::jobject {
+                // SAFETY: `c` is a live ThreadContainer and `method` returns a Stream, whose
+                // toArray() returns Object[].
+                unsafe {
+                    let s = env.call_object_method(c, method, &[]);
+                    if failed() || s.is_null() {
+                        return std::ptr::null_mut();
+                    }
+                    let a = env.call_object_method(s, to_array, &[]);
+                    self.delete_local_ref(s);
+                    if failed() {
+                        return std::ptr::null_mut();
+                    }
+                    a
+                }
+            };
+            // SAFETY: static ThreadContainer root().
+            let root = unsafe { env.call_static_object_method(holder, root, &[]) };
+            if failed() || root.is_null() {
+                return 0;
+            }
+            let (mut pending, mut found, mut visited) = (vec![root], 0usize, 0usize);
+            while let Some(c) = pending.pop() {
+                visited += 1;
+                for (method, is_threads) in [(threads, true), (children, false)] {
+                    let array = array_of(c, method);
+                    if array.is_null() {
+                        continue;
+                    }
+                    // SAFETY: `array` is a live Object[]; indices are within its length.
+                    let n = unsafe { env.get_array_length(array) };
+                    for i in 0..n {
+                        // SAFETY: as above.
+                        let o = unsafe { env.get_object_array_element(array, i) };
+                        if o.is_null() {
+                            continue;
+                        }
+                        if !is_threads {
+                            if visited + pending.len() < 10_000 {
+                                pending.push(o); // a child container, visited later
+                            } else {
+                                self.delete_local_ref(o);
+                            }
+                            continue;
+                        }
+                        if found < max && self.is_virtual_thread(JThread(o)) {
+                            found += 1;
+                            f(JThread(o));
+                        }
+                        self.delete_local_ref(o);
+                    }
+                    self.delete_local_ref(array);
+                }
+                self.delete_local_ref(c);
+            }
+            for c in pending {
+                self.delete_local_ref(c);
+            }
+            found
+        })
     }
 
     /// Deletes a local reference this crate handed out (a carrier from

@@ -485,6 +485,10 @@ impl Engine for CpuSignal {
                 sink,
                 &[
                     ("virtual_threads_seen", seen.to_string()),
+                    (
+                        "virtual_threads_adopted",
+                        super::vthreads::adopted().to_string(),
+                    ),
                     ("virtual_threads_untracked", untracked.to_string()),
                     ("virtual_thread_samples", samples.to_string()),
                     ("virtual_stacks_completed", completed.to_string()),

@@ -86,9 +86,14 @@ impl Safepoint {
             return;
         };
         let mut carriers: Option<HashMap<usize, u32>> = None;
-        for ((ts, &weight), label) in stacks.iter().zip(&picks.weights).zip(picks.labels) {
-            if ts.state & thread_state::ALIVE == 0 || ts.frames.is_empty() || weight == 0 {
-                continue; // ended since it was picked
+        let picked = stacks.iter().zip(&picks.weights).zip(picks.labels);
+        for (((ts, &weight), label), &token) in picked.zip(&picks.tokens) {
+            if ts.state & thread_state::ALIVE == 0 {
+                vthreads::forget(token); // ended (before it was adopted, or since it was picked)
+                continue;
+            }
+            if ts.frames.is_empty() || weight == 0 {
+                continue;
             }
             let tid = match jni.virtual_thread_carrier(ts.thread) {
                 Some(carrier) => {
@@ -121,8 +126,8 @@ impl Engine for Safepoint {
         self.interval
     }
 
-    fn start(&self, _jni: &Jni) -> Result<(), String> {
-        if !self.cpu && vthreads::start(&self.ctx.env) {
+    fn start(&self, jni: &Jni) -> Result<(), String> {
+        if !self.cpu && vthreads::start(&self.ctx.env, jni) {
             self.vthreads.store(true, Ordering::Release);
         }
         Ok(())
@@ -201,6 +206,7 @@ impl Engine for Safepoint {
                 sink,
                 &[
                     ("virtual_threads_seen", started.to_string()),
+                    ("virtual_threads_adopted", vthreads::adopted().to_string()),
                     ("virtual_threads_untracked", untracked.to_string()),
                     ("virtual_thread_samples", st.vthread_samples.to_string()),
                     (

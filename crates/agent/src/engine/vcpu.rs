@@ -65,7 +65,7 @@ impl VirtualCpu {
     /// Starts tracking virtual threads and their mounts (the writer thread); None on a JVM
     /// without virtual threads or without the mount events.
     pub fn start(env: Env, jni: &Jni, threads: &'static ThreadTable) -> Option<VirtualCpu> {
-        if !vthreads::start(&env) {
+        if !vthreads::start(&env, jni) {
             return None;
         }
         if !vthreads::track_mounts(&env, threads, false) {

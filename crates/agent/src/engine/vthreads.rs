@@ -24,8 +24,9 @@
 //!   (`floor((i+1)·n/k) − floor(i·n/k)`): every live virtual thread has the same expected weight
 //!   per tick, 1, and wall shares between virtual threads stay true however many are live.
 //!
-//! Threads that started before the session (at attach) have no VirtualThreadStart and are not
-//! seen.
+//! Threads alive when the session starts (at attach, say) post no VirtualThreadStart: they are
+//! adopted from the JDK's thread containers (`ThreadContainers.root()` and its children, which
+//! track every virtual thread unless `-Djdk.trackAllThreads=false`), once, at the start.
 
 use crate::sampler::threads::ThreadTable;
 use crate::sync::lock;
@@ -65,6 +66,8 @@ struct Registry {
     /// Slots of threads that ended, whose reference the writer deletes (see [`reap`]).
     ended: Vec<u32>,
     started: u64,
+    /// Threads alive at the start, registered from the thread containers.
+    adopted: u64,
     untracked: u64,
     rng: u64,
 }
@@ -78,6 +81,7 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     live: Vec::new(),
     ended: Vec::new(),
     started: 0,
+    adopted: 0,
     untracked: 0,
     rng: 0,
 });
@@ -279,14 +283,35 @@ pub fn untrack_mounts(env: &Env, cpu: bool) {
 /// VirtualThreadStart, on the new virtual thread: registers it while a session records virtual
 /// threads.
 pub fn on_start(env: &Env, jni: &Jni, thread: JThread) {
+    // A thread adopted at the session's start may post its start only now.
+    if is_tracked(env.current_thread_local() as u64) {
+        return;
+    }
+    if let Some(token) = register(env, jni, thread, true) {
+        if let Some(acc) = mounted_cpu(decode(token).1) {
+            acc.store(0, Ordering::Relaxed);
+        }
+        // The first mount posts VirtualThreadStart, not a mount event.
+        note_mount(token);
+    }
+}
+
+/// Whether `token` names a thread the registry holds now.
+fn is_tracked(token: u64) -> bool {
+    token != 0 && lock(&REGISTRY).slot(token).is_some()
+}
+
+/// Puts `thread` in the registry and its token in its thread-local storage (`current`: the
+/// calling thread is `thread`); None when no session records or the registry is full.
+fn register(env: &Env, jni: &Jni, thread: JThread, current: bool) -> Option<u64> {
     {
         let mut r = lock(&REGISTRY);
         if !r.on {
-            return;
+            return None;
         }
         if r.held() >= MAX_TRACKED {
             r.untracked += 1;
-            return;
+            return None;
         }
     }
     // JNI outside the lock: these calls may wait for a safepoint.
@@ -296,24 +321,45 @@ pub fn on_start(env: &Env, jni: &Jni, thread: JThread) {
         true => format!("virtual #{id}"),
         false => format!("virtual #{id} {name}"),
     };
-    let Some(reference) = jni.new_thread_ref(thread) else {
-        return;
-    };
+    let reference = jni.new_thread_ref(thread)?;
     let mut r = lock(&REGISTRY);
     if !r.on || r.held() >= MAX_TRACKED {
         drop(r);
         jni.delete_thread_ref(reference);
-        return;
+        return None;
     }
     let token = r.insert(reference, label.into_boxed_str());
     r.started += 1;
     drop(r);
-    env.set_current_thread_local(token as usize);
-    if let Some(acc) = mounted_cpu(decode(token).1) {
-        acc.store(0, Ordering::Relaxed);
-    }
-    // The first mount posts VirtualThreadStart, not a mount event.
-    note_mount(token);
+    match current {
+        true => env.set_current_thread_local(token as usize),
+        false => env.set_thread_local(thread, token as usize),
+    };
+    Some(token)
+}
+
+/// Registers the virtual threads that were alive before the session (an attach, or a session
+/// after another), as the JDK's thread containers list them; returns how many. Those that end
+/// before they are seen again are dropped when a sample finds them gone ([`forget`]).
+fn adopt(env: &Env, jni: &Jni) -> usize {
+    let mut adopted = 0;
+    jni.for_each_virtual_thread(MAX_TRACKED, |t| {
+        if is_tracked(env.thread_local(t) as u64) {
+            return;
+        }
+        if env.thread_state(t) & jvmprof_jvmti::thread_state::ALIVE == 0 {
+            return; // not started yet (its start event registers it) or ended
+        }
+        adopted += register(env, jni, t, false).is_some() as usize;
+    });
+    lock(&REGISTRY).adopted = adopted as u64;
+    adopted
+}
+
+/// A picked thread was found ended (it may have ended before it was adopted): out of the live
+/// list.
+pub fn forget(token: u64) {
+    lock(&REGISTRY).end(token);
 }
 
 /// VirtualThreadEnd, on the ending virtual thread: hands it to the writer to reap.
@@ -335,7 +381,7 @@ pub fn current_token(env: &Env) -> u64 {
 /// Starts recording virtual threads for one more user (the writer thread, at a session's
 /// start): the first adds the capability and turns the events on. False on a JVM without
 /// virtual threads.
-pub fn start(env: &Env) -> bool {
+pub fn start(env: &Env, jni: &Jni) -> bool {
     {
         let mut r = lock(&REGISTRY);
         if r.users > 0 {
@@ -351,6 +397,7 @@ pub fn start(env: &Env) -> bool {
         r.on = true;
         r.users = 1;
         r.started = 0;
+        r.adopted = 0;
         r.untracked = 0;
         r.rng = jvmprof_jvmti::os::monotonic_ns() | 1;
     }
@@ -360,6 +407,8 @@ pub fn start(env: &Env) -> bool {
         r.users = 0;
         return false;
     }
+    // After the events are on: a thread is either listed now or posts its start later.
+    adopt(env, jni);
     true
 }
 
@@ -434,6 +483,7 @@ pub fn identity(token: u64) -> Option<Identity> {
 /// names and weights, and how many were live.
 pub struct Picks {
     pub threads: Vec<JThread>,
+    pub tokens: Vec<u64>,
     pub labels: Vec<String>,
     pub weights: Vec<u64>,
     pub live: usize,
@@ -451,11 +501,13 @@ pub fn pick(jni: &Jni, k: usize) -> Picks {
         r.swap_live(i, j);
     }
     let (mut threads, mut labels) = (Vec::with_capacity(k), Vec::with_capacity(k));
+    let mut tokens = Vec::with_capacity(k);
     for &s in &r.live[..k] {
         let slot = &r.slots[s as usize];
         if let Some(t) = slot.thread.as_ref() {
             threads.push(t.thread());
             labels.push(slot.label.to_string());
+            tokens.push(encode(slot.serial, s));
         }
     }
     let picked = threads.len().max(1) as u64;
@@ -464,6 +516,7 @@ pub fn pick(jni: &Jni, k: usize) -> Picks {
         .collect();
     Picks {
         threads,
+        tokens,
         labels,
         weights,
         live: n,
@@ -474,7 +527,12 @@ pub fn pick(jni: &Jni, k: usize) -> Picks {
 /// registry was full), for the profile's metadata.
 pub fn counts() -> (u64, u64) {
     let r = lock(&REGISTRY);
-    (r.started, r.untracked)
+    (r.started - r.adopted, r.untracked)
+}
+
+/// Threads registered at the session's start from the thread containers.
+pub fn adopted() -> u64 {
+    lock(&REGISTRY).adopted
 }
 
 #[cfg(test)]

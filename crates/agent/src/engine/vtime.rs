@@ -35,7 +35,7 @@ impl Engine for VirtualCpuTime {
 
     fn start(&self, jni: &Jni) -> Result<(), String> {
         let env = &self.ctx.env;
-        if !vthreads::start(env) {
+        if !vthreads::start(env, jni) {
             return Ok(()); // no virtual threads in this JVM
         }
         if !vthreads::track_mounts(env, self.ctx.threads, true) {
