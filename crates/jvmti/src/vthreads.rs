@@ -194,7 +194,7 @@ impl Env {
     /// `GetThreadState` of `thread` (0 when it fails).
     pub fn thread_state(&self, thread: JThread) -> i32 {
         // SAFETY: `thread` is a live reference (JThread contract).
-        unsafe { self.jvmti().get_thread_state(thread.0) }.unwrap_or(0) as i32
+        unsafe { self.jvmti().get_thread_state(thread.0) }.unwrap_or(0)
     }
 
     /// The value [`Env::set_current_thread_local`] stored on the current thread (0: none).
