@@ -7,7 +7,7 @@ use crate::symbols::type_name;
 use jvmprof_jvmti::management::LockInfo;
 use jvmprof_jvmti::{JavaThreadInfo, Jni, Vm};
 use serde::Serialize;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 #[derive(Serialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LockRef {
@@ -18,7 +18,7 @@ pub struct LockRef {
     pub hash: String,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Debug, PartialEq, Eq)]
 pub struct StackFrame {
     /// `package.Class.method`.
     pub frame: String,
@@ -60,10 +60,37 @@ pub struct Deadlock {
     pub locks: Vec<LockRef>,
 }
 
+/// A virtual thread in a thread container (JDK 21+).
+#[derive(Serialize, Debug, PartialEq, Eq)]
+pub struct VirtualThreadDump {
+    /// `Thread.threadId()`.
+    pub id: i64,
+    pub name: String,
+    /// `Thread.State` name, as the JDK reports it (JDK 25); on JDK 21, which reports none, from
+    /// the top frame: `TIMED_WAITING` in `VirtualThread.parkNanos`, `WAITING` in
+    /// `VirtualThread.park`, else `RUNNABLE`.
+    pub state: String,
+    pub stack: Vec<StackFrame>,
+}
+
+/// A thread container (`jcmd Thread.dump_to_file`'s grouping): the root, an executor, a
+/// structured task scope...; only those holding virtual threads.
+#[derive(Serialize, Debug, PartialEq, Eq)]
+pub struct Container {
+    pub name: String,
+    pub parent: Option<String>,
+    pub owner: Option<String>,
+    pub threads: Vec<VirtualThreadDump>,
+}
+
 #[derive(Serialize, Debug)]
 pub struct Dump {
+    /// Platform threads.
     pub threads: Vec<ThreadDump>,
     pub deadlocks: Vec<Deadlock>,
+    /// Virtual threads by container (JDK 21+; empty on older JDKs).
+    pub containers: Vec<Container>,
+    pub virtual_threads: usize,
 }
 
 fn lock_ref(l: &LockInfo) -> LockRef {
@@ -129,7 +156,110 @@ pub fn thread_dump(jni: &Jni) -> Result<Dump, String> {
         })
         .collect();
     let deadlocks = find_deadlocks(&threads);
-    Ok(Dump { threads, deadlocks })
+    let platform: HashSet<i64> = threads.iter().map(|t| t.id).collect();
+    let containers = virtual_containers(jni, &platform);
+    let virtual_threads = containers.iter().map(|c| c.threads.len()).sum();
+    Ok(Dump {
+        threads,
+        deadlocks,
+        containers,
+        virtual_threads,
+    })
+}
+
+/// The virtual threads by container, from the JDK's JSON thread dump (JDK 21+; nothing on
+/// older JDKs). It goes through a private file that is removed at once.
+fn virtual_containers(jni: &Jni, platform: &HashSet<i64>) -> Vec<Container> {
+    let dir = std::env::temp_dir();
+    let file = dir.join(format!(
+        "jvmprof-threads-{}-{}.json",
+        std::process::id(),
+        jvmprof_jvmti::os::monotonic_ns()
+    ));
+    let Some(path) = file.to_str() else {
+        return Vec::new();
+    };
+    let text = jni
+        .dump_threads_json(path)
+        .ok()
+        .and_then(|()| std::fs::read(&file).ok());
+    let _ = std::fs::remove_file(&file);
+    text.and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok())
+        .map(|v| containers_of(&v, platform))
+        .unwrap_or_default()
+}
+
+/// `java.base/java.lang.Thread.sleep(Thread.java:509)` as a frame (`java.lang.Thread.sleep`,
+/// line 509; 0 when unknown, native or absent).
+fn parse_frame(text: &str) -> StackFrame {
+    let (head, tail) = text.split_once('(').unwrap_or((text, ""));
+    let frame = head.rsplit('/').next().unwrap_or(head).to_string();
+    let line = tail
+        .trim_end_matches(')')
+        .rsplit_once(':')
+        .and_then(|(_, l)| l.parse().ok())
+        .unwrap_or(0);
+    StackFrame {
+        frame,
+        line,
+        locked: Vec::new(),
+    }
+}
+
+/// The containers of a JSON thread dump (`{"threadDump": {"threadContainers": [...]}}`) with
+/// their virtual threads: those flagged `"virtual": true` (JDK 25), or, where the JDK flags none
+/// (JDK 21), those not among the platform threads' ids.
+pub fn containers_of(dump: &serde_json::Value, platform: &HashSet<i64>) -> Vec<Container> {
+    let empty = Vec::new();
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+    let list = dump["threadDump"]["threadContainers"]
+        .as_array()
+        .unwrap_or(&empty);
+    list.iter()
+        .filter_map(|c| {
+            let threads: Vec<VirtualThreadDump> = c["threads"]
+                .as_array()
+                .unwrap_or(&empty)
+                .iter()
+                .filter_map(|t| {
+                    let id: i64 = t["tid"].as_str()?.parse().ok()?;
+                    let is_virtual = t["virtual"]
+                        .as_bool()
+                        .unwrap_or_else(|| !platform.contains(&id));
+                    if !is_virtual {
+                        return None;
+                    }
+                    let stack: Vec<StackFrame> = t["stack"]
+                        .as_array()
+                        .unwrap_or(&empty)
+                        .iter()
+                        .filter_map(|f| f.as_str().map(parse_frame))
+                        .collect();
+                    let top = stack.first().map(|f| f.frame.as_str()).unwrap_or("");
+                    let state = text(&t["state"]).unwrap_or_else(|| {
+                        match top {
+                            "java.lang.VirtualThread.parkNanos" => "TIMED_WAITING",
+                            "java.lang.VirtualThread.park" => "WAITING",
+                            _ => "RUNNABLE",
+                        }
+                        .to_string()
+                    });
+                    Some(VirtualThreadDump {
+                        id,
+                        name: text(&t["name"]).unwrap_or_default(),
+                        state,
+                        stack,
+                    })
+                })
+                .collect();
+            (!threads.is_empty()).then(|| Container {
+                name: text(&c["container"]).unwrap_or_default(),
+                parent: text(&c["parent"]),
+                owner: text(&c["owner"]),
+                threads,
+            })
+        })
+        .collect()
 }
 
 /// Every cycle of the wait-for graph. Each thread waits for at most one lock, so following
@@ -218,6 +348,45 @@ mod tests {
                 owner_id: Some(owner),
             }),
         }
+    }
+
+    #[test]
+    fn virtual_threads_come_by_container_on_jdk_21_and_25() {
+        // JDK 21 flags no thread virtual and gives no state; JDK 25 does both.
+        let dump = serde_json::json!({"threadDump": {"threadContainers": [
+            {"container": "<root>", "parent": null, "owner": null, "threads": [
+                {"tid": "1", "name": "main", "stack": ["java.base/java.lang.Thread.sleep0(Native Method)"]},
+                {"tid": "18", "name": "vsleep-0", "stack": [
+                    "java.base/java.lang.VirtualThread.parkNanos(Unknown Source)",
+                    "D.lambda$main$0(D.java:4)"]}]},
+            {"container": "java.util.concurrent.ThreadPerTaskExecutor@2732b882", "parent": "<root>",
+             "owner": null, "threads": [
+                {"tid": "28", "virtual": true, "name": "", "state": "WAITING", "stack": [
+                    "java.base/java.lang.VirtualThread.park(VirtualThread.java:600)"]},
+                {"tid": "29", "virtual": false, "name": "x", "stack": []}]},
+            {"container": "ForkJoinPool-1/jdk.internal.vm.SharedThreadContainer@17998c9e",
+             "parent": "<root>", "owner": null, "threads": [
+                {"tid": "19", "name": "ForkJoinPool-1-worker-1", "stack": []}]}
+        ]}});
+        let platform: HashSet<i64> = [1, 19].into_iter().collect();
+        let c = containers_of(&dump, &platform);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].name, "<root>");
+        assert_eq!(c[0].threads.len(), 1);
+        let v = &c[0].threads[0];
+        assert_eq!(
+            (v.id, v.name.as_str(), v.state.as_str()),
+            (18, "vsleep-0", "TIMED_WAITING")
+        );
+        assert_eq!(v.stack[0].frame, "java.lang.VirtualThread.parkNanos");
+        assert_eq!(
+            (v.stack[1].frame.as_str(), v.stack[1].line),
+            ("D.lambda$main$0", 4)
+        );
+        assert_eq!(c[1].parent.as_deref(), Some("<root>"));
+        assert_eq!(c[1].threads.len(), 1);
+        assert_eq!(c[1].threads[0].state, "WAITING");
+        assert_eq!(c[1].threads[0].stack[0].line, 600);
     }
 
     #[test]

@@ -301,6 +301,17 @@ impl Agent for JvmprofAgent {
         s.threads.remove(tid);
     }
 
+    fn virtual_thread_start(&self, context: CallbackContext<'_>, event: ThreadEvent) {
+        if let Some(jni) = Jni::from_context(&context) {
+            let env = Env::from_context(&context);
+            engine::vthreads::on_start(&env, &jni, event_thread(event.thread()));
+        }
+    }
+
+    fn virtual_thread_end(&self, context: CallbackContext<'_>, _event: ThreadEvent) {
+        engine::vthreads::on_end(&Env::from_context(&context));
+    }
+
     fn class_prepare(&self, context: CallbackContext<'_>, event: ClassEvent) {
         let env = Env::from_context(&context);
         env.prepare_class_methods(event_class(event.class()));

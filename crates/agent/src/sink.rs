@@ -121,6 +121,15 @@ impl Sink {
         self.builder.thread(Thread { tid: 0, name })
     }
 
+    /// The profile thread `name` seen on the native thread `tid` (a virtual thread's carrier, 0
+    /// when unmounted).
+    pub fn thread_on(&mut self, tid: u32, name: String) -> u32 {
+        self.builder.thread(Thread {
+            tid: tid as u64,
+            name,
+        })
+    }
+
     pub fn java_frame(&mut self, jni: &Jni, method: MethodId, bci: i64) -> u32 {
         self.symbols
             .java_frame(&self.env, jni, &mut self.builder, method, bci)

@@ -1,5 +1,5 @@
 //! `jvmprof dump PID`: a thread dump (states, stacks with lines, held and awaited locks with their
-//! owners, deadlocks) or, with `--heap`, a class histogram, taken by the agent through dynamic
+//! owners, deadlocks; on JDK 21+ the virtual threads with their stacks, by thread container) or, with `--heap`, a class histogram, taken by the agent through dynamic
 //! attach. `--format json` prints the agent's JSON as is. With `--hprof FILE` the JVM writes an
 //! HPROF heap dump itself (HotSpot's `dumpheap` attach command, as `jmap -dump` sends it; no
 //! agent is loaded), which `jvmprof heap FILE` analyses.
@@ -325,6 +325,39 @@ pub fn threads_text(dump: &Value) -> String {
             }
         }
         out.push('\n');
+    }
+    // Virtual threads by container, as `jcmd Thread.dump_to_file` groups them (JDK 21+).
+    for c in dump["containers"].as_array().unwrap_or(&empty) {
+        let threads = c["threads"].as_array().unwrap_or(&empty);
+        let _ = writeln!(
+            out,
+            "Container {} ({} virtual thread{}{})",
+            c["name"].as_str().unwrap_or("?"),
+            threads.len(),
+            if threads.len() == 1 { "" } else { "s" },
+            c["parent"]
+                .as_str()
+                .map(|p| format!(", in {p}"))
+                .unwrap_or_default()
+        );
+        for t in threads {
+            let _ = writeln!(
+                out,
+                "\"{}\" #{} virtual {}",
+                t["name"].as_str().unwrap_or(""),
+                t["id"],
+                t["state"].as_str().unwrap_or("")
+            );
+            for f in t["stack"].as_array().unwrap_or(&empty) {
+                let line = f["line"].as_u64().unwrap_or(0);
+                let frame = f["frame"].as_str().unwrap_or("");
+                let _ = match line {
+                    0 => writeln!(out, "\tat {frame}"),
+                    l => writeln!(out, "\tat {frame}(line {l})"),
+                };
+            }
+            out.push('\n');
+        }
     }
     let deadlocks = dump["deadlocks"].as_array().unwrap_or(&empty);
     if deadlocks.is_empty() {

@@ -1,4 +1,4 @@
-//! JFR in and out, end to end, on JDK 17 and 25 (fixture `JfrSplit`: thread `hot` uses 3/4 and
+//! JFR in and out, end to end, on JDK 17, 21 and 25 (fixture `JfrSplit`: thread `hot` uses 3/4 and
 //! `cold` 1/4 of the two threads' CPU, as ThreadMXBean measures it):
 //! - a recording made with `-XX:StartFlightRecording=...,settings=profile` (JDK 25: with its
 //!   CPU-time sampler on, which then replaces ExecutionSample) converts to collapsed stacks
@@ -29,7 +29,8 @@ fn jvmprof_ok(args: &[&str]) -> String {
 /// Records `JfrSplit` with JFR; returns the recording and the JVM's CPU time per thread.
 fn record(home: Option<&Path>, dir: &Path, jdk: &str) -> (PathBuf, HashMap<String, f64>) {
     let file = dir.join(format!("split-{jdk}.jfr"));
-    let cpu_time_sampler = if home.is_some() {
+    // JDK 25's CPU-time sampler (JDK 21 has none).
+    let cpu_time_sampler = if jdk.parse::<u32>().is_ok_and(|v| v >= 25) {
         "jdk.CPUTimeSample#enabled=true,"
     } else {
         ""
@@ -112,14 +113,14 @@ fn total(p: &Profile, m: Metric, keep: impl Fn(ThreadState) -> bool) -> u64 {
 }
 
 #[test]
-fn recordings_in_and_out_on_jdk_17_and_25() {
+fn recordings_in_and_out_on_every_jdk() {
     let _g = serial();
     let dir = scratch("jfr");
     let homes = jdk_homes();
     let mut recordings = Vec::new();
     for home in &homes {
-        let jdk = if home.is_some() { "25" } else { "17" };
-        let (file, real) = record(home.as_deref(), &dir, jdk);
+        let jdk = jdk_version(home.as_deref());
+        let (file, real) = record(home.as_deref(), &dir, &jdk);
         let f = file.to_str().unwrap();
 
         // The split, against ThreadMXBean.
@@ -135,8 +136,12 @@ fn recordings_in_and_out_on_jdk_17_and_25() {
             hot + cold
         );
         assert!(hot + cold > 200.0, "too few samples: {got:?}");
+        // These are JFR's samples: on JDK 21, which has no CPU-time sampler, its
+        // ExecutionSample over-weights the busier thread (81.8 % measured for 75 %, see
+        // shared notes on JFR's CPU fairness), so the bar there is JFR's, not ours.
+        let bar = if jdk == "21" { 10.0 } else { 5.0 };
         assert!(
-            (share - truth).abs() <= 5.0,
+            (share - truth).abs() <= bar,
             "JDK {jdk}: sampled hot share {share:.1} %, JVM's {truth:.1} %"
         );
         let profile = jvmprof_profile::read_any(&file).unwrap();
@@ -243,7 +248,10 @@ fn recordings_in_and_out_on_jdk_17_and_25() {
         recordings.push(file);
     }
 
-    // Two recordings diff like any two profiles.
+    // Two recordings diff like any two profiles (a developer's run narrowed to one JDK has one).
+    if recordings.len() < 2 {
+        return;
+    }
     let (a, b) = (&recordings[0], recordings.last().unwrap());
     let diff = jvmprof_ok(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
     assert!(diff.contains("JfrSplit"), "{diff}");

@@ -775,7 +775,7 @@ fn assert_go_stats(what: &str, p: &Profile, truth: &Truth) {
 }
 
 fn scratch_file(test: &str, home: Option<&Path>, name: &str) -> PathBuf {
-    let tag = home.map_or("17".to_string(), |_| "25".to_string());
+    let tag = jdk_version(home);
     scratch(&format!("root-{test}-{tag}")).join(name)
 }
 

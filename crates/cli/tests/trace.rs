@@ -259,8 +259,8 @@ fn free_ports(n: usize) -> Vec<u16> {
         .collect()
 }
 
-fn jdk_label(home: Option<&Path>) -> &'static str {
-    if home.is_some() { "25" } else { "17" }
+fn jdk_label(home: Option<&Path>) -> String {
+    jdk_version(home)
 }
 
 fn run(args: &[&OsString]) -> Output {

@@ -48,8 +48,8 @@ fn collapsed(path: &Path) -> Vec<(String, u64)> {
 }
 
 fn check(home: Option<&Path>, mode: &str) {
-    let what = format!("{mode} on JDK {}", if home.is_some() { "25" } else { "17" });
-    let dir = scratch(&format!("trace-link-{mode}-{}", home.is_some()));
+    let what = format!("{mode} on JDK {}", jdk_version(home));
+    let dir = scratch(&format!("trace-link-{mode}-{}", jdk_version(home)));
     let file = dir.join("link.jvmprof");
     let out = record(
         home,

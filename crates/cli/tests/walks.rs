@@ -2,7 +2,8 @@
 //! where AsyncGetCallTrace gives up (fixture `FreshCopies`: copying into freshly allocated
 //! arrays), the agent with `recover_walks` (the default) loses far fewer samples to
 //! `[unknown: …]` than with `recover_walks=false`, and the recovered samples carry the program's
-//! own frames. On JDK 17 and 25. (On javac, H2 and FOP the share is measured by bench/walks.)
+//! own frames. On JDK 17, 21 and 25 (JDK 21 rarely fails on this program: there recovery
+//! must only take what failed). (On javac, H2 and FOP the share is measured by bench/walks.)
 
 use std::path::Path;
 
@@ -64,6 +65,24 @@ fn failed_walks_are_recovered() {
         );
         assert_eq!(none, 0, "recover_walks=false recovers nothing");
         assert!(recovered > 0, "{home:?}: nothing recovered");
+        if off < 0.20 {
+            // JDK 21's AsyncGetCallTrace gives up on this program in 0.4-2 % of samples only:
+            // recovery can only take those, so it must leave no more [unknown] than it found
+            // and the program's share must not fall (both beyond a point of noise).
+            assert!(
+                on <= off + 0.01,
+                "{home:?}: [unknown] is {:.1} % with recovery, {:.1} % without",
+                100.0 * on,
+                100.0 * off
+            );
+            assert!(
+                on_main + 0.05 >= off_main,
+                "{home:?}: FreshCopies.main is in {:.1} % of samples with recovery, {:.1} % without",
+                100.0 * on_main,
+                100.0 * off_main
+            );
+            continue;
+        }
         assert!(
             on + 0.10 <= off,
             "{home:?}: [unknown] is {:.1} % with recovery, {:.1} % without",

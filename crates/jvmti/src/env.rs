@@ -271,7 +271,7 @@ pub struct Capabilities {
 
 /// A JVMTI environment.
 #[derive(Clone, Copy, Debug)]
-pub struct Env(*mut jvmti::jvmtiEnv);
+pub struct Env(pub(crate) *mut jvmti::jvmtiEnv);
 
 // SAFETY: a jvmtiEnv may be used from any thread attached to the VM; it lives until the VM dies
 // or the environment is disposed (we never dispose it).

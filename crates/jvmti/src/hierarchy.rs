@@ -376,7 +376,20 @@ extern "system" fn context_cell_native(
     .unwrap_or(std::ptr::null_mut())
 }
 
-/// The calling thread's CPU time in ns (CLOCK_THREAD_CPUTIME_ID).
+/// What turns the OS thread's CPU time into the calling Java thread's (a virtual thread's own,
+/// on a carrier); null: the OS thread's as is. Set by [`set_cpu_now_hook`].
+static CPU_NOW_HOOK: std::sync::atomic::AtomicPtr<()> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// Lets `hook(raw)` adjust what `Roots.cpuNow()` returns (`raw`: the OS thread's CPU time in
+/// ns). The hook runs on application threads at every timed call: it must be lock-free and
+/// must not panic.
+pub fn set_cpu_now_hook(hook: Option<fn(i64) -> i64>) {
+    let p = hook.map_or(std::ptr::null_mut(), |h| h as *mut ());
+    CPU_NOW_HOOK.store(p, std::sync::atomic::Ordering::Release);
+}
+
+/// The calling thread's CPU time in ns (CLOCK_THREAD_CPUTIME_ID, through the hook if any).
 extern "system" fn cpu_now_native(_env: *mut jni::JNIEnv, _class: jni::jclass) -> jni::jlong {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -384,9 +397,18 @@ extern "system" fn cpu_now_native(_env: *mut jni::JNIEnv, _class: jni::jclass) -
     };
     // SAFETY: `ts` is a valid timespec to write; the clock id is a constant Linux knows.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec
+    let raw = ts
+        .tv_sec
         .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec)
+        .saturating_add(ts.tv_nsec);
+    let hook = CPU_NOW_HOOK.load(std::sync::atomic::Ordering::Acquire);
+    if hook.is_null() {
+        return raw;
+    }
+    // SAFETY: only `set_cpu_now_hook` stores here, and only `fn(i64) -> i64` pointers.
+    let hook = unsafe { std::mem::transmute::<*mut (), fn(i64) -> i64>(hook) };
+    // No panic may cross into the JVM (the hook is written not to panic).
+    std::panic::catch_unwind(|| hook(raw)).unwrap_or(raw)
 }
 
 impl Jni {

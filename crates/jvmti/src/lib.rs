@@ -16,9 +16,11 @@ pub mod natives;
 pub mod os;
 pub mod perf;
 pub mod vmstructs;
+pub mod vthreads;
 
 pub use env::*;
 pub use heap::ClassCount;
 /// The agent trait, callback types and `export_agent!` macro of the bindings crate.
 pub use jvmti_bindings as bindings;
 pub use management::JavaThreadInfo;
+pub use vthreads::ThreadRef;

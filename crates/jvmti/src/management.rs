@@ -306,6 +306,47 @@ impl Jni {
         })
     }
 
+    /// `HotSpotDiagnosticMXBean.dumpThreads(file, JSON)` (JDK 21+): every thread, virtual ones
+    /// included, grouped by thread container, as `jcmd Thread.dump_to_file -format=json` writes
+    /// it. The file must not exist. An error on a JDK without it.
+    pub fn dump_threads_json(&self, file: &str) -> Result<(), Error> {
+        let env = self.env();
+        let c = Calls { env: &env };
+        self.with_local_frame(16, || {
+            let bean = self.hotspot_diagnostic(&c)?;
+            let format_class = "com/sun/management/HotSpotDiagnosticMXBean$ThreadDumpFormat";
+            let dump = c.method(
+                "com/sun/management/HotSpotDiagnosticMXBean",
+                "dumpThreads",
+                "(Ljava/lang/String;Lcom/sun/management/HotSpotDiagnosticMXBean$ThreadDumpFormat;)V",
+            )?;
+            let class = env.find_class(format_class);
+            c.check("FindClass(ThreadDumpFormat)")?;
+            let class = class.ok_or_else(|| err("FindClass(ThreadDumpFormat)"))?;
+            // SAFETY: `class` is a live class reference.
+            let field = unsafe {
+                env.get_static_field_id(
+                    class,
+                    "JSON",
+                    "Lcom/sun/management/HotSpotDiagnosticMXBean$ThreadDumpFormat;",
+                )
+            };
+            c.check("GetStaticFieldID(ThreadDumpFormat.JSON)")?;
+            let field = field.ok_or_else(|| err("GetStaticFieldID(ThreadDumpFormat.JSON)"))?;
+            // SAFETY: `field` is ThreadDumpFormat.JSON, a static field of `class`'s own type.
+            let json = unsafe { env.get_static_object_field(class, field) };
+            c.check("ThreadDumpFormat.JSON")?;
+            let f = env
+                .new_string_utf(file)
+                .ok_or_else(|| err("NewStringUTF"))?;
+            // SAFETY: void dumpThreads(String, ThreadDumpFormat) on the bean, with live arguments.
+            unsafe {
+                env.call_void_method(bean, dump, &[jni::jvalue { l: f }, jni::jvalue { l: json }])
+            };
+            c.check("dumpThreads")
+        })
+    }
+
     /// `HotSpotDiagnosticMXBean.dumpHeap(file, live)`: an HPROF dump written by the JVM.
     pub fn dump_heap(&self, file: &str, live: bool) -> Result<(), Error> {
         let env = self.env();

@@ -143,7 +143,7 @@ impl Anchors {
 }
 
 /// The current thread's JavaThread address, from `Thread.currentThread().eetop`.
-fn current_java_thread(jni: &Jni) -> Option<usize> {
+pub(crate) fn current_java_thread(jni: &Jni) -> Option<usize> {
     let env = jni.env();
     let class = env.find_class("java/lang/Thread")?;
     // SAFETY: `class` is a live local reference to java.lang.Thread; the method and field ids

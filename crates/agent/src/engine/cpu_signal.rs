@@ -82,6 +82,9 @@ pub struct CpuSignal {
     stats: Mutex<Stats>,
     /// The ring's drop count when this session began (the ring outlives sessions).
     dropped_before: u64,
+    /// Virtual threads' identity and whole stacks, on a JVM that has them.
+    vcpu: std::sync::OnceLock<super::vcpu::VirtualCpu>,
+    env: jvmprof_jvmti::Env,
 }
 
 #[derive(Default)]
@@ -215,6 +218,8 @@ impl CpuSignal {
             }))
         });
         Ok(Some(CpuSignal {
+            vcpu: std::sync::OnceLock::new(),
+            env: ctx.env,
             sampler,
             source,
             interval_ns: options.interval.as_nanos() as u64,
@@ -312,6 +317,7 @@ impl CpuSignal {
                     weight: periods.min(u32::MAX as u64) as u32,
                     recovered: false,
                     context: 0,
+                    vthread: 0,
                 },
             );
         }
@@ -336,6 +342,11 @@ impl Engine for CpuSignal {
     /// Often enough that every CPU sampled at the interval fills at most a quarter of the ring
     /// between two polls, within [`SHORTEST_POLL`, `LONGEST_POLL`].
     fn period(&self) -> Duration {
+        if self.vcpu.get().is_some() {
+            // Virtual threads' stacks are completed at the poll (see vcpu.rs): the sooner the
+            // more of them are still in the method their sample shows.
+            return SHORTEST_POLL;
+        }
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
         let ns = (RING_CAPACITY as u64 / 4).saturating_mul(self.interval_ns) / cpus;
         Duration::from_nanos(ns).clamp(SHORTEST_POLL, LONGEST_POLL)
@@ -357,6 +368,9 @@ impl Engine for CpuSignal {
             .store(os::process_cpu_ns(), Ordering::Relaxed);
         signal::activate(self.sampler)
             .map_err(|e| format!("cannot install SIGPROF handler: {e}"))?;
+        if let Some(v) = super::vcpu::VirtualCpu::start(self.env, jni, self.sampler.threads) {
+            let _ = self.vcpu.set(v);
+        }
         self.reconcile_timers();
         Ok(())
     }
@@ -365,7 +379,23 @@ impl Engine for CpuSignal {
         let mut stats = lock(&self.stats);
         let depth = self.depth;
         let interval_ns = self.interval_ns;
+        let vcpu = self.vcpu.get();
+        let mut virtual_samples = Vec::new();
         self.sampler.ring.drain(|header, frames: &[CallFrame]| {
+            if vcpu.is_some() && header.vthread != 0 && header.num_frames > 0 {
+                let truncated = header.num_frames as usize >= depth;
+                let frames = &frames[..frames.len().min(depth)];
+                virtual_samples.push(super::vcpu::Pending {
+                    header: *header,
+                    frames: frames
+                        .iter()
+                        .map(|f| (f.method_id as usize as u64, f.lineno as i64))
+                        .collect(),
+                    truncated,
+                });
+                stats.periods += header.weight.max(1) as u64;
+                return;
+            }
             let weight = header.weight.max(1) as u64;
             stats.periods += weight;
             if weight > 1 {
@@ -425,14 +455,20 @@ impl Engine for CpuSignal {
                 header.context,
             );
         });
+        if let Some(v) = vcpu {
+            v.add(jni, sink, virtual_samples, interval_ns, depth);
+        }
     }
 
     fn housekeeping(&self) {
         self.reconcile_timers();
     }
 
-    fn stop(&self, _jni: &Jni) {
+    fn stop(&self, jni: &Jni) {
         signal::deactivate(self.sampler);
+        if let Some(v) = self.vcpu.get() {
+            v.stop(jni);
+        }
         lock(&self.clocks).clear();
         // What the process used, less the writer thread (this one: the agent's own work).
         let used = os::process_cpu_ns()
@@ -442,6 +478,24 @@ impl Engine for CpuSignal {
     }
 
     fn finish(&self, _jni: &Jni, sink: &mut Sink) {
+        if let Some(v) = self.vcpu.get() {
+            let (samples, completed, not_completed) = v.counts();
+            let (seen, untracked) = super::vthreads::counts();
+            super::note(
+                sink,
+                &[
+                    ("virtual_threads_seen", seen.to_string()),
+                    (
+                        "virtual_threads_adopted",
+                        super::vthreads::adopted().to_string(),
+                    ),
+                    ("virtual_threads_untracked", untracked.to_string()),
+                    ("virtual_thread_samples", samples.to_string()),
+                    ("virtual_stacks_completed", completed.to_string()),
+                    ("virtual_stacks_not_completed", not_completed.to_string()),
+                ],
+            );
+        }
         let stats = lock(&self.stats);
         let process_ns = self.cpu_at_start.load(Ordering::Relaxed);
         let sampled_ns = stats.periods * self.interval_ns;

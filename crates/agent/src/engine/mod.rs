@@ -35,6 +35,9 @@ pub mod safepoint;
 pub mod subgraph;
 pub mod trace;
 pub mod trees;
+pub mod vcpu;
+pub mod vthreads;
+pub mod vtime;
 
 pub use api::{DEFAULT_PERIOD, Engine, EngineCtx, note};
 
@@ -107,6 +110,12 @@ pub fn choose(
     }
     if let Some(lock) = options.lock {
         engines.push(Box::new(parks::ParksEngine::new(ctx.env, lock.threshold)));
+    }
+    // Root mode's CPU timer charges a virtual thread only what it used while mounted.
+    if let Some(x) = options.exact.as_ref().filter(|x| !x.roots.is_empty())
+        && x.timer == crate::options::Timer::Cpu
+    {
+        engines.push(Box::new(vtime::VirtualCpuTime::new(ctx)));
     }
     Ok(engines)
 }

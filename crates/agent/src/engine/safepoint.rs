@@ -1,9 +1,12 @@
 //! The safepoint engine: every interval, every thread's stack at a safepoint (JVMTI
 //! GetAllStackTraces). Wall mode records each thread with its state; CPU mode (the fallback when
 //! a JVM has no AsyncGetCallTrace, or `engine=safepoint`) credits each thread with the CPU time
-//! it used since the previous tick, in whole intervals.
+//! it used since the previous tick, in whole intervals. In wall mode each tick also samples a
+//! bounded number of virtual threads, weighted so that their wall shares stay true
+//! ([`super::vthreads`]).
 
-use super::api::{Engine, EngineCtx};
+use super::api::{Engine, EngineCtx, note};
+use super::vthreads;
 use crate::options::{Mode, Options};
 use crate::sink::Sink;
 use crate::sync::lock;
@@ -11,6 +14,7 @@ use jvmprof_jvmti::{Jni, ThreadStack, thread_state};
 use jvmprof_profile::{Metric, ThreadState};
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 pub struct Safepoint {
@@ -19,6 +23,8 @@ pub struct Safepoint {
     interval: Duration,
     depth: usize,
     state: Mutex<State>,
+    /// Wall mode on a JVM with virtual threads: they are registered and sampled.
+    vthreads: AtomicBool,
 }
 
 #[derive(Default)]
@@ -26,6 +32,10 @@ struct State {
     /// Java thread id → last CPU time seen and the remainder below one interval (CPU mode).
     cpu_seen: HashMap<i64, (i64, u64)>,
     failed_walks: u64,
+    vthread_walks_failed: u64,
+    /// Virtual thread samples taken, and the ticks that had live virtual threads.
+    vthread_samples: u64,
+    vthread_ticks: u64,
 }
 
 impl Safepoint {
@@ -36,6 +46,7 @@ impl Safepoint {
             interval: options.interval,
             depth: options.depth,
             state: Mutex::new(State::default()),
+            vthreads: AtomicBool::new(false),
         }
     }
 
@@ -60,6 +71,52 @@ impl Safepoint {
     }
 }
 
+impl Safepoint {
+    /// Samples up to [`vthreads::PER_TICK`] live virtual threads, each weighted by the number of
+    /// live threads it stands for; named `virtual #id name`, with the carrier's tid when mounted.
+    fn sample_virtual(&self, jni: &Jni, sink: &mut Sink, state: &mut State, now: u64) {
+        let picks = vthreads::pick(jni, vthreads::PER_TICK);
+        if picks.threads.is_empty() {
+            return;
+        }
+        state.vthread_ticks += 1;
+        let env = self.ctx.env;
+        let Ok(stacks) = env.thread_list_stack_traces(&picks.threads, self.depth as i32) else {
+            state.vthread_walks_failed += 1;
+            return;
+        };
+        let mut carriers: Option<HashMap<usize, u32>> = None;
+        let picked = stacks.iter().zip(&picks.weights).zip(picks.labels);
+        for (((ts, &weight), label), &token) in picked.zip(&picks.tokens) {
+            if ts.state & thread_state::ALIVE == 0 {
+                vthreads::forget(token); // ended (before it was adopted, or since it was picked)
+                continue;
+            }
+            if ts.frames.is_empty() || weight == 0 {
+                continue;
+            }
+            let tid = match jni.virtual_thread_carrier(ts.thread) {
+                Some(carrier) => {
+                    let at = jni.thread_env(carrier);
+                    jni.delete_thread_local_ref(carrier);
+                    let map = carriers.get_or_insert_with(|| self.ctx.threads.tids_by_env());
+                    at.and_then(|e| map.get(&e).copied()).unwrap_or(0)
+                }
+                None => 0,
+            };
+            let thread = sink.thread_on(tid, label);
+            let stack = sink.jvmti_stack(jni, &ts.frames, None);
+            let v = sink.values(&[
+                (Metric::Samples, weight),
+                (Metric::Ns, weight * self.interval_ns()),
+            ]);
+            let w = weight.min(u32::MAX as u64) as u32;
+            sink.add_at(thread, stack, map_state(ts.state), &v, now, w, 0);
+            state.vthread_samples += 1;
+        }
+    }
+}
+
 impl Engine for Safepoint {
     fn name(&self) -> &'static str {
         "safepoint"
@@ -67,6 +124,19 @@ impl Engine for Safepoint {
 
     fn period(&self) -> Duration {
         self.interval
+    }
+
+    fn start(&self, jni: &Jni) -> Result<(), String> {
+        if !self.cpu && vthreads::start(&self.ctx.env, jni) {
+            self.vthreads.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    fn stop(&self, jni: &Jni) {
+        if self.vthreads.load(Ordering::Acquire) {
+            vthreads::stop(&self.ctx.env, jni);
+        }
     }
 
     fn poll(&self, jni: &Jni, sink: &mut Sink) {
@@ -121,9 +191,39 @@ impl Engine for Safepoint {
             };
             sink.add_at(thread, stack, thread_state, &v, now, weight, trace);
         }
+        if self.vthreads.load(Ordering::Acquire) {
+            jni.with_local_frame(4 * vthreads::PER_TICK as i32 + 16, || {
+                self.sample_virtual(jni, sink, &mut state, now)
+            });
+        }
     }
 
     fn finish(&self, _jni: &Jni, sink: &mut Sink) {
+        if self.vthreads.load(Ordering::Acquire) {
+            let (started, untracked) = vthreads::counts();
+            let st = lock(&self.state);
+            note(
+                sink,
+                &[
+                    ("virtual_threads_seen", started.to_string()),
+                    ("virtual_threads_adopted", vthreads::adopted().to_string()),
+                    ("virtual_threads_untracked", untracked.to_string()),
+                    ("virtual_thread_samples", st.vthread_samples.to_string()),
+                    (
+                        "virtual_thread_walks_failed",
+                        st.vthread_walks_failed.to_string(),
+                    ),
+                    (
+                        "virtual_thread_sampling",
+                        format!(
+                            "up to {} live virtual threads per tick at random, each weighted by \
+                             live/picked",
+                            vthreads::PER_TICK
+                        ),
+                    ),
+                ],
+            );
+        }
         let failed = lock(&self.state).failed_walks;
         if failed > 0 {
             *sink

@@ -30,6 +30,8 @@ pub struct Header {
     pub recovered: bool,
     /// The traced call tree the thread was in (trace mode), 0 for none.
     pub context: u64,
+    /// The virtual thread mounted on the thread (a token of `engine::vthreads`), 0 for none.
+    pub vthread: u64,
 }
 
 /// `num_frames` when the interrupted thread has no JNIEnv (a JVM-internal thread).
@@ -202,6 +204,7 @@ mod tests {
                 weight: 1,
                 recovered: false,
                 context: 0,
+                vthread: 0,
             },
         );
         true

@@ -171,6 +171,7 @@ fn record(sampler: &SignalSampler, ucontext: *mut c_void, weight: u32) {
             weight,
             recovered,
             context: sampler.threads.context(tid),
+            vthread: sampler.threads.mounted(tid),
         },
     );
 }

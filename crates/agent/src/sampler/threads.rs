@@ -23,6 +23,11 @@ pub struct ThreadTable {
     contexts: Box<[AtomicU64]>,
     /// `Thread.getId()` of the thread whose context the slot holds (0: none published).
     java_ids: Box<[AtomicU64]>,
+    /// The token of the virtual thread mounted on this carrier (0: none), written by the
+    /// VirtualThreadMount/Unmount events on the carrier itself and read by the signal handler.
+    mounted: Box<[AtomicU64]>,
+    /// The carrier's CPU time (ns) when that virtual thread mounted.
+    mounted_cpu: Box<[AtomicU64]>,
     /// Whether any thread was given a context cell since the contexts were last cleared (the
     /// safepoint sampler skips its scans otherwise).
     contexts_in_use: AtomicBool,
@@ -42,6 +47,8 @@ impl ThreadTable {
                 .collect(),
             contexts: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
             java_ids: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
+            mounted: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
+            mounted_cpu: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
             contexts_in_use: AtomicBool::new(false),
             mask: capacity - 1,
         }
@@ -76,6 +83,7 @@ impl ThreadTable {
                     // A new thread in this slot: nothing of the slot's last thread carries over.
                     self.contexts[idx].store(0, Ordering::Release);
                     self.java_ids[idx].store(0, Ordering::Release);
+                    self.mounted[idx].store(0, Ordering::Release);
                 }
                 self.stacks[idx].0.store(stack.0, Ordering::Release);
                 self.stacks[idx].1.store(stack.1, Ordering::Release);
@@ -149,6 +157,53 @@ impl ThreadTable {
             let c = self.contexts[idx].load(Ordering::Relaxed);
             if id != 0 && c != 0 {
                 m.insert(id, c);
+            }
+        }
+        m
+    }
+
+    /// Notes the virtual thread (a token, 0: none) now mounted on the carrier `tid`; nothing
+    /// when `tid` is not in the table.
+    /// `cpu_ns` is the carrier's CPU time at the mount. Only the carrier itself writes its cell.
+    pub fn set_mounted(&self, tid: u32, token: u64, cpu_ns: u64) {
+        if let Some(idx) = self.find(tid) {
+            self.mounted_cpu[idx].store(cpu_ns, Ordering::Relaxed);
+            self.mounted[idx].store(token, Ordering::Release);
+        }
+    }
+
+    /// The virtual thread mounted on `tid` (0: none) and the carrier's CPU time at its mount.
+    pub fn mounted_at(&self, tid: u32) -> (u64, u64) {
+        self.find(tid).map_or((0, 0), |idx| {
+            let token = self.mounted[idx].load(Ordering::Acquire);
+            (token, self.mounted_cpu[idx].load(Ordering::Relaxed))
+        })
+    }
+
+    /// The virtual thread mounted on `tid` (0: none). Async-signal-safe: no lock, no allocation.
+    pub fn mounted(&self, tid: u32) -> u64 {
+        self.find(tid)
+            .map_or(0, |idx| self.mounted[idx].load(Ordering::Acquire))
+    }
+
+    /// Forgets every mounted virtual thread (when a session stops tracking them).
+    pub fn clear_mounted(&self) {
+        for m in self.mounted.iter() {
+            m.store(0, Ordering::Release);
+        }
+    }
+
+    /// Every known thread's tid by its JNIEnv address (for naming a virtual thread's carrier).
+    pub fn tids_by_env(&self) -> std::collections::HashMap<usize, u32> {
+        let mut m = std::collections::HashMap::new();
+        for idx in 0..=self.mask {
+            let t = self.tids[idx].load(Ordering::Acquire);
+            if t == EMPTY || t == TOMBSTONE {
+                continue;
+            }
+            let env = self.envs[idx].load(Ordering::Acquire);
+            if !env.is_null() {
+                m.insert(env as usize, t);
             }
         }
         m

