@@ -94,15 +94,15 @@ pub struct Args {
     /// Also stream samples and thread snapshots to a collector (`jvmprof serve`) at HOST:PORT.
     #[arg(long, value_name = "HOST:PORT")]
     pub server: Option<String>,
-    /// The collector's token, for --server. The agent gets it from a private file, never on a
-    /// command line.
-    #[arg(
-        long,
-        env = "JVMPROF_TOKEN",
-        requires = "server",
-        hide_env_values = true
-    )]
+    /// The collector's token, for --server (default: the JVMPROF_TOKEN environment variable).
+    /// The agent gets it from a private file, and the launched application's environment goes
+    /// without JVMPROF_TOKEN. This option is visible to every local user in `ps` while the
+    /// recording runs: prefer --token-file or JVMPROF_TOKEN.
+    #[arg(long, requires = "server", conflicts_with = "token_file")]
     pub token: Option<String>,
+    /// A file whose first line is the collector's token, for --server (keep it mode 0600).
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub token_file: Option<PathBuf>,
     /// A label the collector files this JVM under (KEY:VALUE, e.g. service:checkout; repeat
     /// for more): its API and UI filter by labels and merge the profiles of matching JVMs.
     #[arg(long = "label", value_name = "KEY:VALUE", requires = "server")]
@@ -199,7 +199,15 @@ pub fn run(args: Args) -> Result<i32> {
         jvmprof_options::parse_labels(&labels).map_err(|e| anyhow!("--label: {e}"))?;
         options.push_str(&format!(",labels={labels}"));
     }
-    if let Some(token) = &args.token {
+    let token = match &args.server {
+        Some(_) => jvmprof_cli::secret::token(
+            args.token.clone(),
+            args.token_file.as_deref(),
+            jvmprof_cli::secret::TOKEN_ENV,
+        )?,
+        None => None,
+    };
+    if let Some(token) = &token {
         let file = work.path.join("token");
         std::fs::OpenOptions::new()
             .write(true)
@@ -354,9 +362,12 @@ fn launch(command: &[String], agent: &Path, options: &str, status: &Path) -> Res
         );
     };
     let interrupted = ignore_interrupts()?;
+    // The token reaches the agent through a private file: the application, and whatever it
+    // starts, does not inherit it.
     let mut child = std::process::Command::new(java)
         .arg(format!("-agentpath:{}={options}", agent.display()))
         .args(rest)
+        .env_remove(jvmprof_cli::secret::TOKEN_ENV)
         .spawn()
         .with_context(|| format!("cannot run {java}"))?;
     let pid = child.id();

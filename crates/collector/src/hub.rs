@@ -53,7 +53,12 @@ impl Hub {
             Some(location) => Store::open_clickhouse(location)?,
             None => Store::open(&config.data)?,
         };
-        let vms = Arc::new(Registry::load(store.vms()?, &store, store.next_vm_id()?));
+        let vms = Arc::new(Registry::load(
+            store.vms()?,
+            &store,
+            store.next_vm_id()?,
+            config.mask.clone(),
+        ));
         let live = Arc::new(LiveView::load(&store)?);
         let analyses: Vec<Arc<dyn Analysis>> = vec![
             live.clone(),

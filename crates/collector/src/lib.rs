@@ -22,6 +22,7 @@ pub mod heaps;
 pub mod http;
 mod hub;
 pub mod ingest;
+pub mod mask;
 pub mod push;
 mod push_config;
 mod registry;
@@ -32,7 +33,8 @@ pub mod traces;
 pub use config::Config;
 pub use conn::{MAX_ALL_CONNECTIONS_BYTES, MAX_CONNECTION_BYTES, MAX_HANDSHAKE};
 pub use hub::{Hub, MAX_NEW_VMS_PER_MINUTE};
-pub use registry::{DeleteError, Registry, VmView, mask_tokens};
+pub use mask::{Mask, mask_tokens};
+pub use registry::{DeleteError, Registry, VmView};
 pub use stats::Stats;
 pub use store::{clickhouse, now_ms};
 
