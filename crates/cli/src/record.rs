@@ -301,8 +301,13 @@ pub fn run(args: Args) -> Result<i32> {
     }
     let profile = jvmprof_profile::read_any(&native)?;
     if format == jvmprof_profile::Format::Native {
-        // As the agent wrote it: a trace section after the profile stays.
-        std::fs::copy(&native, &output)
+        // As the agent wrote it: a trace section after the profile stays. Copied by content,
+        // not with fs::copy, so the file's mode follows this user's umask, not the agent's file.
+        std::fs::File::open(&native)
+            .and_then(|mut from| {
+                let mut to = std::fs::File::create(&output)?;
+                std::io::copy(&mut from, &mut to)
+            })
             .with_context(|| format!("cannot write {}", output.display()))?;
     } else {
         let out = std::fs::File::create(&output)

@@ -68,6 +68,9 @@ fn duration(s: &str) -> Result<std::time::Duration, String> {
 
 pub fn run(args: Args) -> Result<i32> {
     use jvmprof_cli::secret;
+    // Everything the collector creates (the store, heap dumps, traces, call graphs) is this
+    // user's alone, whatever the umask it was started with.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let token = secret::token(args.token, args.token_file.as_deref(), secret::TOKEN_ENV)?;
     let push_token = match &args.push {
         Some(_) => secret::token(

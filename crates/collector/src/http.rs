@@ -478,7 +478,8 @@ async fn read_body(
 async fn receive(body: axum::body::Body, path: &std::path::Path) -> Result<u64, String> {
     use std::io::Write;
     let mut file = std::io::BufWriter::new(
-        std::fs::File::create(path).map_err(|e| format!("cannot store the dump: {e}"))?,
+        crate::private::open_private(path, false)
+            .map_err(|e| format!("cannot store the dump: {e}"))?,
     );
     let mut body = body;
     let mut total = 0u64;

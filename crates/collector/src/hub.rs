@@ -49,6 +49,8 @@ impl Hub {
     }
 
     pub fn open(config: Config) -> anyhow::Result<Hub> {
+        // Heap dumps, traces and call graphs live there even with a ClickHouse store.
+        crate::private::prepare_data_dir(&config.data)?;
         let store = match &config.clickhouse {
             Some(location) => Store::open_clickhouse(location)?,
             None => Store::open(&config.data)?,

@@ -23,6 +23,7 @@ pub mod http;
 mod hub;
 pub mod ingest;
 pub mod mask;
+pub mod private;
 pub mod push;
 mod push_config;
 mod registry;

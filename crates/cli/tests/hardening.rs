@@ -1,0 +1,258 @@
+//! Production hardening, end to end (issue 33): private files where jvmprof keeps data, outputs
+//! that follow the user's umask, the collector's shutdown and metrics, the JVM's exit code.
+//! Nothing waits for a fixed time: every wait polls for a condition with a generous deadline.
+
+mod common;
+
+use common::{classes, jvmprof, scratch, serial};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_secs(90);
+
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// A process killed when dropped, its stderr collected.
+struct Proc {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Proc {
+    fn spawn(cmd: &mut Command) -> Proc {
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let pipe = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Proc { child, stderr }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `jvmprof serve --listen 127.0.0.1:0 --data DATA EXTRA`, and the address it listens on.
+fn serve(data: &Path, extra: &[&str]) -> (Proc, String) {
+    let proc = Proc::spawn(
+        Command::new(jvmprof())
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(data)
+            .args(extra),
+    );
+    let addr = wait_for("the collector to listen", || {
+        let err = proc.stderr();
+        let rest = err.split("listening on ").nth(1)?;
+        Some(rest.split_whitespace().next()?.to_string())
+    });
+    (proc, addr)
+}
+
+/// One HTTP/1.0 request: (status, body).
+fn http(addr: &str, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(body).unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).unwrap();
+    let split = resp.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&resp[..split]).to_string();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, resp[split + 4..].to_vec())
+}
+
+fn vms(addr: &str) -> Vec<serde_json::Value> {
+    let (status, body) = http(addr, "GET", "/api/vms", b"");
+    assert_eq!(status, 200);
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// Every file and directory under `dir` (not following links), with its mode.
+fn modes(dir: &Path, out: &mut Vec<(String, u32)>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        out.push((p.display().to_string(), mode(&p)));
+        if p.is_dir() {
+            modes(&p, out);
+        }
+    }
+}
+
+/// An existing data directory open to others is tightened, with what it holds, and said; what
+/// the collector then writes (store, a VM's call graph, an uploaded heap dump, its reports) is
+/// 0600 in 0700 directories although the collector runs with umask 022.
+#[test]
+fn the_collectors_data_is_private() {
+    let _g = serial();
+    let dir = scratch("private-data");
+    let data = dir.join("data");
+    let _ = std::fs::remove_dir_all(&data);
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("notes.txt"), "kept by someone").unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        data.join("notes.txt"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let (collector, addr) = serve(&data, &[]);
+    let said = collector.stderr();
+    assert!(
+        said.contains(&format!(
+            "jvmprof serve: --data {} was mode 0755, open to others; tightened to 0700",
+            data.display()
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "jvmprof serve: 1 files and directories under {} were open to others",
+            data.display()
+        )),
+        "{said}"
+    );
+    let java = Proc::spawn(
+        Command::new("java")
+            .arg(format!(
+                "-agentpath:{}=server={addr},refresh=200ms",
+                common::agent().display()
+            ))
+            .arg("-cp")
+            .arg(classes())
+            .args(["Service", "2"]),
+    );
+    let id = wait_for("the VM to connect and disconnect", || {
+        let vm = vms(&addr).into_iter().next()?;
+        (vm["connected"] == false).then(|| vm["id"].as_u64().unwrap())
+    });
+    drop(java);
+    let dot = data.join(format!("callgraphs/vm-{id}.dot"));
+    wait_for("the call graph", || dot.is_file().then_some(()));
+    let (status, body) = http(
+        &addr,
+        "POST",
+        &format!("/api/vms/{id}/heap"),
+        b"JAVA PROFILE 1.0.2\0 not really a heap dump",
+    );
+    assert_eq!(status, 202, "{}", String::from_utf8_lossy(&body));
+    let hprof = data.join(format!("heaps/{id}.hprof"));
+    wait_for("the dump to be analysed (and found bad)", || {
+        let (status, _) = http(&addr, "GET", &format!("/api/vms/{id}/heap"), b"");
+        (status == 422).then_some(())
+    });
+    assert!(hprof.is_file());
+    let mut all = Vec::new();
+    modes(&data, &mut all);
+    assert!(all.len() >= 7, "{all:?}");
+    for (path, m) in &all {
+        let wanted = if Path::new(path).is_dir() {
+            0o700
+        } else {
+            0o600
+        };
+        assert_eq!(*m, wanted, "{path} is {m:o}: {all:?}");
+    }
+    assert_eq!(mode(&data), 0o700);
+}
+
+/// A data directory of another user is refused with one line (as root: a directory given to
+/// nobody; otherwise `/`, which is root's).
+#[test]
+fn a_data_directory_of_another_user_is_refused() {
+    let dir = scratch("theirs");
+    let theirs = if rustix::process::geteuid().is_root() {
+        let d = dir.join("data");
+        let _ = std::fs::create_dir(&d);
+        std::os::unix::fs::chown(&d, Some(65534), Some(65534)).unwrap();
+        d
+    } else {
+        std::path::PathBuf::from("/")
+    };
+    let out = Command::new(jvmprof())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(&theirs)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(&format!(
+            "jvmprof: --data {} belongs to uid ",
+            theirs.display()
+        )) && err.lines().count() == 1,
+        "{err}"
+    );
+}
+
+/// `record -o` files are created by this user's umask, in the native format (a copy of the
+/// agent's file) and in another (written here) alike.
+#[test]
+fn record_outputs_follow_the_umask() {
+    let _g = serial();
+    let dir = scratch("umask");
+    for name in ["out.jvmprof", "out.collapsed"] {
+        let out = dir.join(name);
+        let _ = std::fs::remove_file(&out);
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(r#"umask 027 && exec "$@""#)
+            .arg("sh")
+            .arg(jvmprof())
+            .args(["record", "-o"])
+            .arg(&out)
+            .args(["--", "java", "-cp"])
+            .arg(classes())
+            .args(["Exit", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(mode(&out), 0o640, "{name}");
+    }
+}
