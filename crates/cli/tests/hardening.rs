@@ -256,3 +256,125 @@ fn record_outputs_follow_the_umask() {
         assert_eq!(mode(&out), 0o640, "{name}");
     }
 }
+
+/// `jvmprof ARGS` with at most 512 MiB of address space (a reader that trusted a bomb would
+/// fail to allocate and abort): (exit code, stderr).
+fn bounded(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -v 524288 && exec "$@""#)
+        .arg("sh")
+        .arg(jvmprof())
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// 300 MiB of zeros, gzipped into under 1 MiB, after `header`.
+fn gzip_bomb(header: &[u8]) -> Vec<u8> {
+    let mut bytes = header.to_vec();
+    let mut gz = flate2::write::GzEncoder::new(&mut bytes, flate2::Compression::best());
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..300 {
+        gz.write_all(&zeros).unwrap();
+    }
+    gz.finish().unwrap();
+    bytes
+}
+
+/// Decompression bombs (a version 4 native file, a .pb.gz) are refused by every reading
+/// command with one line, within bounded memory.
+#[test]
+fn decompression_bombs_are_refused_in_one_line() {
+    let dir = scratch("bombs");
+    let native = dir.join("bomb.jvmprof");
+    std::fs::write(&native, gzip_bomb(b"JVMPROF\0\x04\x00")).unwrap();
+    let pprof = dir.join("bomb.pb.gz");
+    std::fs::write(&pprof, gzip_bomb(b"")).unwrap();
+    let out = dir.join("out.collapsed");
+    for (file, kind) in [(&native, "jvmprof"), (&pprof, "pprof")] {
+        let file = file.to_str().unwrap();
+        for args in [
+            vec!["report", file],
+            vec!["convert", file, "-o", out.to_str().unwrap()],
+            vec!["diff", file, file],
+        ] {
+            let (code, err) = bounded(&args);
+            assert_eq!(code, Some(2), "{args:?}: {err}");
+            assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+            assert!(
+                err.starts_with(&format!("jvmprof: {file}: invalid {kind} data: "))
+                    && err.contains("inflate past 67108864 bytes"),
+                "{args:?}: {err}"
+            );
+        }
+    }
+}
+
+/// A small profile whose one timeline entry claims 10^9 periods: converted to JFR without
+/// expanding them when its sample has 3; refused with the number of events when the sample
+/// has 10^9 too; other formats take it as it is.
+#[test]
+fn huge_timeline_weights_are_bounded() {
+    use jvmprof_profile::*;
+    let dir = scratch("huge-weight");
+    let profile = |samples: u64, weight: u32| {
+        let mut b = ProfileBuilder::new(Meta {
+            modes: vec!["cpu".into()],
+            metrics: vec![Metric::Samples, Metric::Ns],
+            interval_ns: 10_000_000,
+            ..Meta::default()
+        });
+        let f = b.frame(Frame::java("a.B", "c", "()V", 1));
+        let t = b.thread(Thread {
+            tid: 1,
+            name: "main".into(),
+        });
+        let s = b.stack(&[f]);
+        let i = b.add(t, s, ThreadState::Running, &[samples, samples * 10_000_000]);
+        b.add_time(i, 5_000_000_000, weight);
+        b.finish()
+    };
+    for (name, samples, weight) in [
+        ("small", 3u64, 1_000_000_000u32),
+        ("huge", 1_000_000_000, 1_000_000_000),
+    ] {
+        let file = dir.join(format!("{name}.jvmprof"));
+        let mut bytes = Vec::new();
+        native::write(&profile(samples, weight), &mut bytes).unwrap();
+        assert!(bytes.len() < 25_000);
+        std::fs::write(&file, bytes).unwrap();
+        let jfr = dir.join(format!("{name}.jfr"));
+        let (code, err) = bounded(&[
+            "convert",
+            file.to_str().unwrap(),
+            "-o",
+            jfr.to_str().unwrap(),
+        ]);
+        if samples == 3 {
+            assert_eq!(code, Some(0), "{err}");
+            let back = read_any(&jfr).unwrap();
+            assert_eq!(back.total(0), 3);
+        } else {
+            assert_eq!(code, Some(2), "{err}");
+            assert_eq!(
+                err,
+                "jvmprof: cannot export: JFR holds one event per sample, lock and wait: this \
+                 profile would make 1000000000 events, more than 16777216; write .jvmprof or \
+                 .pb.gz instead\n"
+            );
+        }
+        for out in ["x.trace.json", "x.speedscope.json", "x.pb.gz", "x.html"] {
+            let o = dir.join(out);
+            let (code, err) =
+                bounded(&["convert", file.to_str().unwrap(), "-o", o.to_str().unwrap()]);
+            assert_eq!(code, Some(0), "{out}: {err}");
+        }
+        let (code, err) = bounded(&["report", file.to_str().unwrap()]);
+        assert_eq!(code, Some(0), "{err}");
+    }
+}
