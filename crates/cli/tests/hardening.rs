@@ -378,3 +378,95 @@ fn huge_timeline_weights_are_bounded() {
         assert_eq!(code, Some(0), "{err}");
     }
 }
+
+/// One HTTP/1.0 GET with `Authorization: Bearer token`: (status, body).
+fn get_with_token(addr: &str, path: &str, token: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+    (
+        head.split_whitespace().nth(1).unwrap().parse().unwrap(),
+        body.to_string(),
+    )
+}
+
+/// `/metrics` answers in Prometheus' text format behind the token; SIGTERM ends `serve` with
+/// exit code 0 after saying it stored what was queued.
+#[test]
+fn metrics_behind_the_token_and_a_clean_sigterm() {
+    let dir = scratch("metrics");
+    let token = dir.join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let data = dir.join("data");
+    let _ = std::fs::remove_dir_all(&data);
+    let (mut collector, addr) = serve(&data, &["--token-file", token.to_str().unwrap()]);
+    let (status, _) = http(&addr, "GET", "/metrics", b"");
+    assert_eq!(status, 401);
+    let (status, body) = get_with_token(&addr, "/metrics", "t0ken");
+    assert_eq!(status, 200, "{body}");
+    for line in [
+        "# TYPE jvmprof_bytes_total counter",
+        "jvmprof_bytes_total 0",
+        "jvmprof_samples_total 0",
+        "# TYPE jvmprof_vms gauge",
+        "jvmprof_vms 0",
+        "jvmprof_vms_connected 0",
+        "jvmprof_agent_dropped_samples 0",
+        "jvmprof_store_backlog 0",
+        "jvmprof_connection_bytes_held 0",
+    ] {
+        assert!(body.lines().any(|l| l == line), "no {line:?} in:\n{body}");
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &collector.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = collector.child.wait().unwrap();
+    assert_eq!(exit.code(), Some(0));
+    let err = wait_for("the collector's last words", || {
+        let e = collector.stderr();
+        e.contains("stopped; everything received is stored")
+            .then_some(e)
+    });
+    assert!(
+        err.contains(
+            "jvmprof serve: SIGTERM: no new connections; storing the 0 writes still queued\n"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("warning"), "{err}");
+}
+
+/// A collector reachable beyond loopback without a token says so at start.
+#[test]
+fn listening_beyond_loopback_without_a_token_warns() {
+    let dir = scratch("open");
+    let data = dir.join("data");
+    let proc = Proc::spawn(
+        Command::new(jvmprof())
+            .args(["serve", "--listen", "0.0.0.0:0", "--data"])
+            .arg(&data)
+            .env_remove("JVMPROF_TOKEN"),
+    );
+    let err = wait_for("the warning", || {
+        let e = proc.stderr();
+        e.contains("warning").then_some(e)
+    });
+    assert!(
+        err.contains(
+            "jvmprof serve: warning: listening on 0.0.0.0 without a token: anyone who can reach \
+             it may read every profile and command line, and send data; give a token \
+             (--token-file FILE or JVMPROF_TOKEN)"
+        ),
+        "{err}"
+    );
+}
