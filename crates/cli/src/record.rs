@@ -260,6 +260,13 @@ pub fn run(args: Args) -> Result<i32> {
             output.display(),
             log.display()
         ));
+    } else if let Ok(output) = std::path::absolute(&args.output)
+        && !output.display().to_string().contains(',')
+    {
+        // For `jvmprof status` and `stop` to name the file the user asked for (the agent
+        // expands %p and %t as this process will): the agent writes its private native file
+        // all the same, and this process converts it when the JVM ends.
+        options.push_str(&format!(",owner_file={}", output.display()));
     }
     // Every option is checked here, by the parser the agent uses, before any JVM is touched.
     let parsed = match jvmprof_options::parse(&options) {
@@ -297,6 +304,14 @@ pub fn run(args: Args) -> Result<i32> {
     };
     let output = output_for(pid);
     if !native.exists() {
+        if code != 0 {
+            // `java -jar missing.jar`: the JVM said why; its exit code is ours, as without
+            // the profiler.
+            eprintln!(
+                "jvmprof: no profile: the JVM exited with code {code} before profiling began"
+            );
+            return Ok(code);
+        }
         bail!("the agent wrote no profile (see its messages above)");
     }
     let profile = jvmprof_profile::read_any(&native)?;
@@ -324,20 +339,32 @@ pub fn run(args: Args) -> Result<i32> {
             side.display()
         );
     }
-    let failures: u64 = profile.meta.walk_failures.values().sum();
-    let first = profile
-        .meta
-        .metrics
-        .first()
-        .map_or("samples", |m| m.as_str());
     eprintln!(
-        "jvmprof: {} {first} ({} failed walks, {} dropped) written to {}",
-        profile.samples.iter().map(|s| s.values[0]).sum::<u64>(),
-        failures,
-        profile.meta.dropped_samples,
+        "jvmprof: {} written to {}",
+        summary(&profile),
         output.display()
     );
     Ok(code)
+}
+
+/// What a profile holds, in its own words: `1234 samples (5 failed walks, 0 dropped)` where
+/// stacks were sampled; `1234 calls`, `5678 bytes` (and `, 3 events dropped` if any) where
+/// nothing was sampled.
+pub(crate) fn summary(profile: &jvmprof_profile::Profile) -> String {
+    let meta = &profile.meta;
+    let first = meta.metrics.first().map_or("samples", |m| m.as_str());
+    let total = profile.total(0);
+    if meta.metrics.contains(&jvmprof_profile::Metric::Samples) {
+        let failures: u64 = meta.walk_failures.values().sum();
+        format!(
+            "{total} {first} ({failures} failed walks, {} dropped)",
+            meta.dropped_samples
+        )
+    } else if meta.dropped_samples > 0 {
+        format!("{total} {first}, {} events dropped", meta.dropped_samples)
+    } else {
+        format!("{total} {first}")
+    }
 }
 
 /// The agent library: `--agent`/`JVMPROF_AGENT`, else next to this executable.

@@ -470,3 +470,83 @@ fn listening_beyond_loopback_without_a_token_warns() {
         "{err}"
     );
 }
+
+/// The JVM's exit code is `record`'s, also when the JVM never ran the program.
+#[test]
+fn the_jvms_exit_code_is_records() {
+    let _g = serial();
+    let dir = scratch("exit");
+    let out = Command::new(jvmprof())
+        .args(["record", "-o"])
+        .arg(dir.join("x.collapsed"))
+        .args(["--", "java", "-jar"])
+        .arg(dir.join("missing.jar"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.ends_with("jvmprof: no profile: the JVM exited with code 1 before profiling began\n"),
+        "{err}"
+    );
+}
+
+/// The JVM a `record -- java` started, once its agent runs: (record, JVM pid).
+fn launched(out: &Path, seconds: &str) -> (Proc, u32) {
+    let record = Proc::spawn(
+        Command::new(jvmprof())
+            .args(["record", "--mode", "exact", "-o"])
+            .arg(out)
+            .args(["--", "java", "-cp"])
+            .arg(classes())
+            .args(["Service", seconds]),
+    );
+    let rpid = record.child.id();
+    let jvm = wait_for("the JVM", || {
+        let children =
+            std::fs::read_to_string(format!("/proc/{rpid}/task/{rpid}/children")).ok()?;
+        children.split_whitespace().next()?.parse::<u32>().ok()
+    });
+    (record, jvm)
+}
+
+/// `status` and `stop` of a session `record -- java` started name the -o file, in the mode's
+/// words, and no interval where nothing is sampled; `record` then writes the file.
+#[test]
+fn status_and_stop_name_the_output_file() {
+    let _g = serial();
+    let dir = scratch("status-names");
+    let out = dir.join("named.collapsed");
+    let _ = std::fs::remove_file(&out);
+    let (mut record, jvm) = launched(&out, "60");
+    let status = wait_for("the session's status", || {
+        let o = Command::new(jvmprof())
+            .args(["status", &jvm.to_string()])
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        text.contains("session running").then_some(text)
+    });
+    assert!(
+        status.contains(&format!("\n  writes {}", out.display())),
+        "{status}"
+    );
+    assert!(!status.contains("every"), "{status}");
+    let stop = Command::new(jvmprof())
+        .args(["stop", &jvm.to_string()])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&stop.stderr);
+    assert!(stop.status.success(), "{said}");
+    assert!(
+        said.starts_with(&format!("jvmprof: stopped the session in process {jvm}: "))
+            && said.ends_with(&format!(
+                " calls; the recording jvmprof writes them to {} when the JVM exits\n",
+                out.display()
+            )),
+        "{said}"
+    );
+    let _ = Command::new("kill").arg(jvm.to_string()).status();
+    let exit = record.child.wait().unwrap();
+    assert!(out.is_file(), "{exit}: {}", record.stderr());
+}
