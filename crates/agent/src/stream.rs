@@ -377,14 +377,23 @@ impl Stream {
     }
 
     /// Queues the last records and the end of the stream, then waits (at most [`FINISH_WAIT`])
-    /// for everything to be sent.
+    /// for everything to be sent and every chunk acknowledged; not for the collector's goodbye
+    /// once nothing is left (seen twice, a poll apart: an item taken off the queue is written
+    /// by then).
     pub fn finish(mut self, profile: &Profile, gained: Vec<(u32, Vec<u64>)>) {
         self.records(profile, &gained, true);
         let deadline = Instant::now() + FINISH_WAIT;
         let mut o = self.shared.lock();
         o.closing = true;
         self.shared.wake.notify_all();
+        let mut empty_before = false;
         while !o.done {
+            // queued_bytes counts unacknowledged batches too.
+            let empty = o.queue.is_empty() && o.queued_bytes == 0;
+            if empty && empty_before {
+                break;
+            }
+            empty_before = empty;
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 eprintln!(

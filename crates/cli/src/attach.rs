@@ -24,6 +24,10 @@
 //! target catches SIGQUIT (`SigCgt` in `/proc/<pid>/status`) and maps `libjvm.so`, and that our
 //! effective uid and gid equal the target's (HotSpot rejects other users' trigger files and
 //! connections anyway, and we never want to signal another user's process).
+//!
+//! As `jcmd` does, the socket is used only when the JVM's user (or we) own it, its group is the
+//! JVM's (unless we are root) and neither group nor others may read or write it: HotSpot makes
+//! it 0600, so anything else may be someone else's standing in for the JVM.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -264,6 +268,7 @@ impl VmConnection {
         if is_socket(&socket) {
             check_socket_owner(&socket, &status)?;
             if accepts_connections(&socket) {
+                check_socket_mode(&socket)?;
                 return Ok(conn);
             }
             // A socket nobody listens on was left by a JVM that died with this pid: the JVM we
@@ -282,6 +287,7 @@ impl VmConnection {
             if is_socket(&socket) && accepts_connections(&socket) {
                 drop(trigger);
                 check_socket_owner(&socket, &status)?;
+                check_socket_mode(&socket)?;
                 return Ok(conn);
             }
             if fs::metadata(&proc_dir).is_err() {
@@ -449,13 +455,16 @@ fn check_is_jvm(pid: u32, status: &ProcStatus) -> Result<()> {
     Ok(())
 }
 
-/// Like the JDK's client: only talk to a socket the target's user created, so that another user
-/// cannot stand in for the JVM by planting a socket in a shared /tmp.
+/// Like the JDK's client: only talk to a socket the target's user (or we) created, so that
+/// another user cannot stand in for the JVM by planting a socket in a shared /tmp. Its group must
+/// be the JVM's too, unless we are root (as `jcmd` checks).
 fn check_socket_owner(socket: &Path, status: &ProcStatus) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let meta = fs::metadata(socket)
         .with_context(|| format!("cannot stat the attach socket {}", socket.display()))?;
-    if meta.uid() != status.euid || meta.gid() != status.egid {
+    let me = rustix::process::geteuid();
+    let owner_ok = meta.uid() == status.euid || meta.uid() == me.as_raw();
+    if !owner_ok || (meta.gid() != status.egid && !me.is_root()) {
         bail!(
             "the attach socket {} belongs to uid {} gid {}, not to the JVM's user (uid {} gid {}); \
              not using it",
@@ -464,6 +473,24 @@ fn check_socket_owner(socket: &Path, status: &ProcStatus) -> Result<()> {
             meta.gid(),
             status.euid,
             status.egid
+        );
+    }
+    Ok(())
+}
+
+/// Like `jcmd`: a socket that group or others may read or write is not the JVM's own (HotSpot
+/// makes it 0600): someone else could talk to the JVM through it, or stand in for it.
+pub fn check_socket_mode(socket: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(socket)
+        .with_context(|| format!("cannot stat the attach socket {}", socket.display()))?;
+    let mode = meta.mode() & 0o777;
+    if mode & 0o066 != 0 {
+        bail!(
+            "the attach socket {} has mode {mode:04o}: other users may read or write it, so it \
+             may not be the JVM's own (HotSpot makes it 0600; jcmd refuses it too); not using it. \
+             If the JVM is yours, remove the socket and attach again",
+            socket.display()
         );
     }
     Ok(())
@@ -574,6 +601,31 @@ mod tests {
     fn nspid_missing_falls_back_to_pid() {
         let text = STATUS.replace("NSpid:\t4242\t7\n", "");
         assert_eq!(parse_proc_status(4242, &text).unwrap().nspid, 4242);
+    }
+
+    #[test]
+    fn a_socket_open_to_others_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("jvmprof-sockmode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join(".java_pid1");
+        std::fs::write(&f, "").unwrap();
+        for (mode, ok) in [(0o600, true), (0o700, true), (0o640, false), (0o602, false)] {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+            let r = check_socket_mode(&f);
+            assert_eq!(r.is_ok(), ok, "{mode:o}");
+        }
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(
+            check_socket_mode(&f).unwrap_err().to_string(),
+            format!(
+                "the attach socket {} has mode 0666: other users may read or write it, so it may \
+                 not be the JVM's own (HotSpot makes it 0600; jcmd refuses it too); not using it. \
+                 If the JVM is yours, remove the socket and attach again",
+                f.display()
+            )
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub fn run(args: Args) -> Result<i32> {
         lock_threshold: "10us".into(),
         server: None,
         token: None,
+        token_file: None,
         labels: Vec::new(),
         include: Vec::new(),
         exclude: Vec::new(),

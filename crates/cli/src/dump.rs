@@ -31,9 +31,14 @@ pub struct Args {
     /// which analyses it and shows the report in its UI.
     #[arg(long, value_name = "HOST:PORT", requires = "hprof")]
     pub server: Option<String>,
-    /// The collector's token, for --server.
-    #[arg(long, env = "JVMPROF_TOKEN", requires = "server")]
+    /// The collector's token, for --server (default: the JVMPROF_TOKEN environment variable).
+    /// Visible to every local user in `ps` while the command runs: prefer --token-file or
+    /// JVMPROF_TOKEN.
+    #[arg(long, requires = "server", conflicts_with = "token_file")]
     pub token: Option<String>,
+    /// A file whose first line is the collector's token, for --server (keep it mode 0600).
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub token_file: Option<PathBuf>,
     /// The agent library (default: next to this executable).
     #[arg(long, env = "JVMPROF_AGENT")]
     pub agent: Option<PathBuf>,
@@ -44,9 +49,18 @@ pub fn run(args: Args) -> Result<i32> {
         bail!("--format must be text or json, not '{}'", args.format);
     }
     if let Some(file) = &args.hprof {
+        // A bad token file is said before the JVM spends time on a dump.
+        let token = match &args.server {
+            Some(_) => jvmprof_cli::secret::token(
+                args.token.clone(),
+                args.token_file.as_deref(),
+                jvmprof_cli::secret::TOKEN_ENV,
+            )?,
+            None => None,
+        };
         hprof(args.pid, file, args.live)?;
         if let Some(server) = &args.server {
-            upload(server, args.token.as_deref(), args.pid, file)?;
+            upload(server, token.as_deref(), args.pid, file)?;
         }
         return Ok(0);
     }

@@ -2,6 +2,7 @@
 //! `jvmprof_cli::...`) use. Subcommands stay in the binary.
 
 pub mod attach;
+pub mod secret;
 
 /// The metric a `--value` option names (`None` when the option is absent).
 pub fn value_metric(value: Option<&str>) -> anyhow::Result<Option<jvmprof_profile::Metric>> {

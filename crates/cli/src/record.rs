@@ -94,15 +94,15 @@ pub struct Args {
     /// Also stream samples and thread snapshots to a collector (`jvmprof serve`) at HOST:PORT.
     #[arg(long, value_name = "HOST:PORT")]
     pub server: Option<String>,
-    /// The collector's token, for --server. The agent gets it from a private file, never on a
-    /// command line.
-    #[arg(
-        long,
-        env = "JVMPROF_TOKEN",
-        requires = "server",
-        hide_env_values = true
-    )]
+    /// The collector's token, for --server (default: the JVMPROF_TOKEN environment variable).
+    /// The agent gets it from a private file, and the launched application's environment goes
+    /// without JVMPROF_TOKEN. This option is visible to every local user in `ps` while the
+    /// recording runs: prefer --token-file or JVMPROF_TOKEN.
+    #[arg(long, requires = "server", conflicts_with = "token_file")]
     pub token: Option<String>,
+    /// A file whose first line is the collector's token, for --server (keep it mode 0600).
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub token_file: Option<PathBuf>,
     /// A label the collector files this JVM under (KEY:VALUE, e.g. service:checkout; repeat
     /// for more): its API and UI filter by labels and merge the profiles of matching JVMs.
     #[arg(long = "label", value_name = "KEY:VALUE", requires = "server")]
@@ -199,7 +199,15 @@ pub fn run(args: Args) -> Result<i32> {
         jvmprof_options::parse_labels(&labels).map_err(|e| anyhow!("--label: {e}"))?;
         options.push_str(&format!(",labels={labels}"));
     }
-    if let Some(token) = &args.token {
+    let token = match &args.server {
+        Some(_) => jvmprof_cli::secret::token(
+            args.token.clone(),
+            args.token_file.as_deref(),
+            jvmprof_cli::secret::TOKEN_ENV,
+        )?,
+        None => None,
+    };
+    if let Some(token) = &token {
         let file = work.path.join("token");
         std::fs::OpenOptions::new()
             .write(true)
@@ -252,6 +260,13 @@ pub fn run(args: Args) -> Result<i32> {
             output.display(),
             log.display()
         ));
+    } else if let Ok(output) = std::path::absolute(&args.output)
+        && !output.display().to_string().contains(',')
+    {
+        // For `jvmprof status` and `stop` to name the file the user asked for (the agent
+        // expands %p and %t as this process will): the agent writes its private native file
+        // all the same, and this process converts it when the JVM ends.
+        options.push_str(&format!(",owner_file={}", output.display()));
     }
     // Every option is checked here, by the parser the agent uses, before any JVM is touched.
     let parsed = match jvmprof_options::parse(&options) {
@@ -289,12 +304,25 @@ pub fn run(args: Args) -> Result<i32> {
     };
     let output = output_for(pid);
     if !native.exists() {
+        if code != 0 {
+            // `java -jar missing.jar`: the JVM said why; its exit code is ours, as without
+            // the profiler.
+            eprintln!(
+                "jvmprof: no profile: the JVM exited with code {code} before profiling began"
+            );
+            return Ok(code);
+        }
         bail!("the agent wrote no profile (see its messages above)");
     }
     let profile = jvmprof_profile::read_any(&native)?;
     if format == jvmprof_profile::Format::Native {
-        // As the agent wrote it: a trace section after the profile stays.
-        std::fs::copy(&native, &output)
+        // As the agent wrote it: a trace section after the profile stays. Copied by content,
+        // not with fs::copy, so the file's mode follows this user's umask, not the agent's file.
+        std::fs::File::open(&native)
+            .and_then(|mut from| {
+                let mut to = std::fs::File::create(&output)?;
+                std::io::copy(&mut from, &mut to)
+            })
             .with_context(|| format!("cannot write {}", output.display()))?;
     } else {
         let out = std::fs::File::create(&output)
@@ -311,20 +339,32 @@ pub fn run(args: Args) -> Result<i32> {
             side.display()
         );
     }
-    let failures: u64 = profile.meta.walk_failures.values().sum();
-    let first = profile
-        .meta
-        .metrics
-        .first()
-        .map_or("samples", |m| m.as_str());
     eprintln!(
-        "jvmprof: {} {first} ({} failed walks, {} dropped) written to {}",
-        profile.samples.iter().map(|s| s.values[0]).sum::<u64>(),
-        failures,
-        profile.meta.dropped_samples,
+        "jvmprof: {} written to {}",
+        summary(&profile),
         output.display()
     );
     Ok(code)
+}
+
+/// What a profile holds, in its own words: `1234 samples (5 failed walks, 0 dropped)` where
+/// stacks were sampled; `1234 calls`, `5678 bytes` (and `, 3 events dropped` if any) where
+/// nothing was sampled.
+pub(crate) fn summary(profile: &jvmprof_profile::Profile) -> String {
+    let meta = &profile.meta;
+    let first = meta.metrics.first().map_or("samples", |m| m.as_str());
+    let total = profile.total(0);
+    if meta.metrics.contains(&jvmprof_profile::Metric::Samples) {
+        let failures: u64 = meta.walk_failures.values().sum();
+        format!(
+            "{total} {first} ({failures} failed walks, {} dropped)",
+            meta.dropped_samples
+        )
+    } else if meta.dropped_samples > 0 {
+        format!("{total} {first}, {} events dropped", meta.dropped_samples)
+    } else {
+        format!("{total} {first}")
+    }
 }
 
 /// The agent library: `--agent`/`JVMPROF_AGENT`, else next to this executable.
@@ -354,9 +394,12 @@ fn launch(command: &[String], agent: &Path, options: &str, status: &Path) -> Res
         );
     };
     let interrupted = ignore_interrupts()?;
+    // The token reaches the agent through a private file: the application, and whatever it
+    // starts, does not inherit it.
     let mut child = std::process::Command::new(java)
         .arg(format!("-agentpath:{}={options}", agent.display()))
         .args(rest)
+        .env_remove(jvmprof_cli::secret::TOKEN_ENV)
         .spawn()
         .with_context(|| format!("cannot run {java}"))?;
     let pid = child.id();

@@ -11,9 +11,20 @@ pub struct Args {
     /// Where VMs, profiles and snapshots are kept (survives restarts).
     #[arg(long, default_value = "jvmprof-data")]
     pub data: PathBuf,
-    /// Agents must present this token (`token=...` agent option).
-    #[arg(long, env = "JVMPROF_TOKEN", hide_env_values = true)]
+    /// Agents and API clients must present this token (agents: `token_file=` or
+    /// JVMPROF_TOKEN; HTTP: `Authorization: Bearer TOKEN`). Default: the JVMPROF_TOKEN environment
+    /// variable. This option is visible to every local user in `ps` while the collector runs:
+    /// prefer --token-file or JVMPROF_TOKEN.
+    #[arg(long, conflicts_with = "token_file")]
     pub token: Option<String>,
+    /// A file whose first line is the token (keep it mode 0600).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Argument names whose values are hidden (`***`) in every command line the collector keeps
+    /// or serves: comma-separated words, matched case-insensitively anywhere in a name
+    /// (`-Dapp.password=x` → `-Dapp.password=***`). An empty list hides only the agent's token.
+    #[arg(long, value_name = "WORDS", default_value = jvmprof_collector::mask::DEFAULT_MASK)]
+    pub mask: String,
     /// Delete samples older than this, and VMs not seen for this long with all their data
     /// (e.g. 7d; default: keep everything).
     #[arg(long, value_parser = duration)]
@@ -33,9 +44,14 @@ pub struct Args {
     /// How often to push (each VM's new samples).
     #[arg(long, value_parser = duration, default_value = "10s")]
     pub push_every: std::time::Duration,
-    /// Sent with every push as `Authorization: Bearer TOKEN`.
-    #[arg(long, env = "JVMPROF_PUSH_TOKEN", hide_env_values = true)]
+    /// Sent with every push as `Authorization: Bearer TOKEN` (default: the JVMPROF_PUSH_TOKEN
+    /// environment variable). Visible to every local user in `ps`: prefer --push-token-file or
+    /// JVMPROF_PUSH_TOKEN.
+    #[arg(long, requires = "push", conflicts_with = "push_token_file")]
     pub push_token: Option<String>,
+    /// A file whose first line is the push token.
+    #[arg(long, value_name = "FILE", requires = "push")]
+    pub push_token_file: Option<PathBuf>,
 }
 
 fn clickhouse(s: &str) -> Result<jvmprof_collector::clickhouse::Location, String> {
@@ -51,6 +67,19 @@ fn duration(s: &str) -> Result<std::time::Duration, String> {
 }
 
 pub fn run(args: Args) -> Result<i32> {
+    use jvmprof_cli::secret;
+    // Everything the collector creates (the store, heap dumps, traces, call graphs) is this
+    // user's alone, whatever the umask it was started with.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    let token = secret::token(args.token, args.token_file.as_deref(), secret::TOKEN_ENV)?;
+    let push_token = match &args.push {
+        Some(_) => secret::token(
+            args.push_token,
+            args.push_token_file.as_deref(),
+            "JVMPROF_PUSH_TOKEN",
+        )?,
+        None => None,
+    };
     let retention = jvmprof_collector::store::Retention {
         rollup_after: args.rollup_after,
         keep: args.retention,
@@ -58,7 +87,7 @@ pub fn run(args: Args) -> Result<i32> {
     let push = args.push.map(|target| jvmprof_collector::push::PushConfig {
         target,
         every: args.push_every,
-        token: args.push_token,
+        token: push_token,
     });
     if let Some(p) = &push {
         p.max_window(retention.rollup_after)
@@ -67,10 +96,11 @@ pub fn run(args: Args) -> Result<i32> {
     jvmprof_collector::run_blocking(jvmprof_collector::Config {
         listen: args.listen,
         data: args.data,
-        token: args.token,
+        token,
         retention,
         clickhouse: args.store,
         push,
+        mask: jvmprof_collector::Mask::parse(&args.mask),
     })?;
     Ok(0)
 }

@@ -42,9 +42,18 @@ fn ask(pid: u32, agent: Option<&std::path::Path>, key: &str, command: &str) -> R
 }
 
 pub fn stop(args: StopArgs) -> Result<i32> {
+    // What the session is, asked first: the agent's reply names the file it wrote itself, which
+    // for a `jvmprof record` session is a private temporary one that record turns into its -o.
+    let described = ask(args.pid, args.agent.as_deref(), "query", "")
+        .ok()
+        .and_then(|r| serde_json::from_str::<Value>(&r).ok());
     let reply = ask(args.pid, args.agent.as_deref(), "reply", "stop,")?;
     let reply = reply.trim();
     if let Some(done) = reply.strip_prefix("ok: ") {
+        let done = described
+            .as_ref()
+            .and_then(|v| for_the_user(done, v))
+            .unwrap_or_else(|| done.to_string());
         eprintln!(
             "jvmprof: stopped the session in process {}: {done}",
             args.pid
@@ -70,6 +79,35 @@ pub fn status(args: StatusArgs) -> Result<i32> {
     Ok(if running { 0 } else { 1 })
 }
 
+/// The agent's `N samples written to FILE` in the session's words (calls, bytes, ...), naming
+/// the file the user asked for (`described["file"]`) when it is not the one the agent wrote:
+/// `None` when there is nothing to change.
+fn for_the_user(done: &str, described: &Value) -> Option<String> {
+    let (count, rest) = done.split_once(' ')?;
+    let count: u64 = count.parse().ok()?;
+    let wrote = rest.strip_prefix("samples written to ")?;
+    let wanted = described["file"].as_str().unwrap_or(wrote);
+    let modes: Vec<&str> = described["modes"]
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let metric = match jvmprof_options::parse(&format!("mode={}", modes.join("+"))) {
+        Ok(jvmprof_options::Command::Start(o)) => o.metrics().first().copied(),
+        _ => None,
+    }
+    .map_or("samples", |m| m.as_str());
+    Some(if wanted == wrote {
+        format!("{count} {metric} written to {wanted}")
+    } else if let Some(owner) = described["owner_pid"].as_u64() {
+        format!("{count} {metric}; the recording jvmprof (pid {owner}) writes them to {wanted}")
+    } else {
+        format!(
+            "{count} {metric}; the recording jvmprof writes them to {wanted} when the JVM exits"
+        )
+    })
+}
+
 fn status_text(pid: u32, v: &Value) -> String {
     if v["modes"].is_null() {
         return format!("process {pid}: no profiling session");
@@ -93,11 +131,20 @@ fn status_text(pid: u32, v: &Value) -> String {
         Some(calls) => format!("{calls} calls below roots {}", list("roots")),
         None => format!("{} samples", v["samples"].as_u64().unwrap_or(0)),
     };
+    // An interval only where stacks are sampled on a clock.
+    let sampled = list("modes").split(',').any(|m| m == "cpu" || m == "wall");
+    let every = if sampled {
+        format!(
+            ", every {} us",
+            v["interval_ns"].as_u64().unwrap_or(0) / 1000
+        )
+    } else {
+        String::new()
+    };
     let mut text = format!(
-        "process {pid}: {} session {state} for {} s ({counted}), every {} us, engines {}",
+        "process {pid}: {} session {state} for {} s ({counted}){every}, engines {}",
         list("modes"),
         v["elapsed_ms"].as_u64().unwrap_or(0) / 1000,
-        v["interval_ns"].as_u64().unwrap_or(0) / 1000,
         list("engines"),
     );
     if let Some(d) = v["duration_ms"].as_u64() {
@@ -113,4 +160,33 @@ fn status_text(pid: u32, v: &Value) -> String {
         text.push_str(&format!("\n  started by jvmprof pid {o}"));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_names_the_users_file_in_the_sessions_words() {
+        let launch = serde_json::json!({"modes": ["exact"], "file": "/home/u/out.html"});
+        assert_eq!(
+            for_the_user(
+                "42 samples written to /tmp/jvmprof-1-0/profile.jvmprof",
+                &launch
+            )
+            .unwrap(),
+            "42 calls; the recording jvmprof writes them to /home/u/out.html when the JVM exits"
+        );
+        let attach = serde_json::json!({"modes": ["alloc"], "file": "/o.pb.gz", "owner_pid": 77});
+        assert_eq!(
+            for_the_user("9 samples written to /tmp/p.jvmprof", &attach).unwrap(),
+            "9 bytes; the recording jvmprof (pid 77) writes them to /o.pb.gz"
+        );
+        let own = serde_json::json!({"modes": ["cpu"], "file": "/x.collapsed"});
+        assert_eq!(
+            for_the_user("5 samples written to /x.collapsed", &own).unwrap(),
+            "5 samples written to /x.collapsed"
+        );
+        assert_eq!(for_the_user("5 samples streamed", &own), None);
+    }
 }

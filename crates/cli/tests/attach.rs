@@ -319,6 +319,34 @@ fn stale_socket_is_replaced(version: u32) {
     let _ = std::fs::remove_file(stale);
 }
 
+/// A live attach socket that others may use (0666) is refused as `jcmd` refuses it, without
+/// signalling the JVM; at 0600 again it is used.
+#[test]
+fn an_attach_socket_open_to_others_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(home) = jdk(17) else { return };
+    let jvm = Jvm::start(&home, &[]);
+    let pid = jvm.pid();
+    let conn = VmConnection::attach(pid).unwrap();
+    let socket = conn.socket_path().to_path_buf();
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let err = attach::execute(pid, "properties", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with(&format!(
+            "the attach socket {} has mode 0666: other users may read or write it",
+            socket.display()
+        )),
+        "{err}"
+    );
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let props = attach::execute(pid, "properties", &[]).unwrap();
+    assert!(props.contains("jvmprof.test.marker=attach-marker-42"));
+    let stderr = jvm.stop();
+    assert!(!stderr.contains("Full thread dump"), "{stderr}");
+}
+
 #[test]
 fn jdk17_stale_socket_is_replaced_by_the_listener() {
     stale_socket_is_replaced(17);

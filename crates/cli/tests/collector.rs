@@ -1004,14 +1004,29 @@ fn hostile_clients_are_refused_and_leave_the_collector_bounded() {
     assert!(!String::from_utf8_lossy(&body).contains(TOKEN));
 }
 
-/// The agent takes the token from JVMPROF_TOKEN and `record --token` hands it over in a private
-/// file: neither puts it on a command line, and the collector accepts both.
+/// The agent takes the token from JVMPROF_TOKEN and `record` (given it by JVMPROF_TOKEN) hands it
+/// over in a private file: neither puts it on a command line, the application `record` starts
+/// does not inherit JVMPROF_TOKEN, and the collector (given it by `--token-file`) accepts both.
+/// Secret arguments of the application's command line are masked in what the collector serves.
 #[test]
 fn token_from_the_environment_and_from_record() {
     let _g = serial();
     let dir = scratch("token-env");
-    let c = collector(&dir.join("data"), "127.0.0.1:0", Some(TOKEN));
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let c = collector_with(
+        &dir.join("data"),
+        "127.0.0.1:0",
+        None,
+        &["--token-file", token_file.to_str().unwrap()],
+    );
     let addr = c.addr.clone();
+    assert!(!c.proc.stderr().contains("warning"), "{}", c.proc.stderr());
     let env = Proc::spawn(
         Command::new("java")
             .env("JVMPROF_TOKEN", TOKEN)
@@ -1028,12 +1043,18 @@ fn token_from_the_environment_and_from_record() {
     let out = dir.join("recorded.collapsed");
     let record = Proc::spawn(
         Command::new(jvmprof())
-            .env_remove("JVMPROF_TOKEN")
-            .args(["record", "--server", &addr, "--token", TOKEN, "-o"])
+            .env("JVMPROF_TOKEN", TOKEN)
+            .args(["record", "--server", &addr, "-o"])
             .arg(&out)
-            .args(["--", "java", "-cp"])
+            .args([
+                "--",
+                "java",
+                "-Dapp.password=hunter2",
+                "-Dapp.name=shop",
+                "-cp",
+            ])
             .arg(classes())
-            .args(["Service", "4"]),
+            .args(["Service", "6", "--api-key", "k3y"]),
     );
     // record's working directory (the agent's files, the token among them) is private.
     let work = std::env::temp_dir().join(format!("jvmprof-{}-0", record.pid()));
@@ -1043,10 +1064,27 @@ fn token_from_the_environment_and_from_record() {
             .find(|v| v["pid"] != env.pid() && v["connected"] == true)?;
         Some(vm)
     });
+    let environ = std::fs::read(format!("/proc/{}/environ", vm["pid"])).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&environ).contains("JVMPROF_TOKEN"),
+        "the launched JVM inherited JVMPROF_TOKEN"
+    );
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", vm["pid"])).unwrap();
+    assert!(!String::from_utf8_lossy(&cmdline).contains(TOKEN));
     assert_eq!(mode(&work), 0o700);
     assert_eq!(mode(&work.join("token")), 0o600);
     let command = vm["command"].as_str().unwrap();
     assert!(!command.contains(TOKEN), "{command}");
+    assert!(
+        command.starts_with("java -Dapp.password=*** -Dapp.name=shop -cp ")
+            && command.ends_with(" Service 6 --api-key ***"),
+        "{command}"
+    );
+    let id = vm["id"].as_u64().unwrap();
+    let (status, native) = get(&addr, &format!("/api/vms/{id}/profile?format=jvmprof")).unwrap();
+    assert_eq!(status, 200);
+    let p = jvmprof_profile::read_bytes(&native).unwrap();
+    assert_eq!(p.meta.command, command);
     let mut record = record;
     record.wait_success();
     assert!(total(&std::fs::read_to_string(&out).unwrap()) > 0);

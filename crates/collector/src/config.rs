@@ -16,4 +16,6 @@ pub struct Config {
     pub clickhouse: Option<clickhouse::Location>,
     /// Where to push every VM's profile (`--push`), if anywhere.
     pub push: Option<PushConfig>,
+    /// Hides secret arguments of every command line kept or served (`--mask`).
+    pub mask: crate::mask::Mask,
 }

@@ -94,11 +94,18 @@ impl Heaps {
                 .map_err(|e| e.to_string())
             })
             .and_then(|report| {
-                std::fs::write(self.report(vm, "json"), jvmprof_heap::render::json(&report))
-                    .and_then(|()| {
-                        std::fs::write(self.report(vm, "html"), jvmprof_heap::render::html(&report))
-                    })
-                    .map_err(|e| e.to_string())
+                let write = crate::private::write_private;
+                write(
+                    &self.report(vm, "json"),
+                    jvmprof_heap::render::json(&report),
+                )
+                .and_then(|()| {
+                    write(
+                        &self.report(vm, "html"),
+                        jvmprof_heap::render::html(&report),
+                    )
+                })
+                .map_err(|e| e.to_string())
             });
         let state = match result {
             Ok(()) => HeapState::Ready,

@@ -13,6 +13,8 @@
 //! - `DELETE /api/vms/{id}`: deletes a VM that is not connected with all its data (204; 409
 //!   while it is connected, 404 for an unknown id). Ids are never reused.
 //! - `GET /api/stats`: ingest counters since start (connections, bytes, snapshots, samples, ...).
+//! - `GET /metrics`: the same counters and gauges (VMs, connected VMs, drops, store backlog,
+//!   bytes held) in Prometheus' text format, under the same token rule.
 //! - `POST /api/vms/{id}/heap`: an HPROF heap dump of the VM as the body (with `Authorization:
 //!   Bearer TOKEN` when the collector has a token); 202 once stored, analysed in the background.
 //!   `GET /api/vms/{id}/heap?format=html|json`: its report (202 while analysing).
@@ -66,6 +68,7 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/api/labels", get(labels))
         .route("/api/profile", get(merged_profile))
         .route("/api/stats", get(stats))
+        .route("/metrics", get(metrics))
         .route("/api/vms/{id}", axum::routing::delete(delete_vm))
         .route("/api/vms/{id}/threads", get(threads))
         .route("/api/vms/{id}/profile", get(profile))
@@ -192,6 +195,18 @@ fn error(status: StatusCode, msg: String) -> Response {
 
 async fn stats(State(hub): State<Arc<Hub>>) -> Response {
     Json(serde_json::to_value(&hub.stats).unwrap_or_default()).into_response()
+}
+
+/// Prometheus' text format (the token rule of [`auth`] applies, as to the API).
+async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::metrics::render(&hub),
+    )
+        .into_response()
 }
 
 #[derive(Deserialize)]
@@ -478,7 +493,8 @@ async fn read_body(
 async fn receive(body: axum::body::Body, path: &std::path::Path) -> Result<u64, String> {
     use std::io::Write;
     let mut file = std::io::BufWriter::new(
-        std::fs::File::create(path).map_err(|e| format!("cannot store the dump: {e}"))?,
+        crate::private::open_private(path, false)
+            .map_err(|e| format!("cannot store the dump: {e}"))?,
     );
     let mut body = body;
     let mut total = 0u64;

@@ -51,11 +51,18 @@ impl Hub {
     }
 
     pub fn open(config: Config) -> anyhow::Result<Hub> {
+        // Heap dumps, traces and call graphs live there even with a ClickHouse store.
+        crate::private::prepare_data_dir(&config.data)?;
         let store = match &config.clickhouse {
             Some(location) => Store::open_clickhouse(location)?,
             None => Store::open(&config.data)?,
         };
-        let vms = Arc::new(Registry::load(store.vms()?, &store, store.next_vm_id()?));
+        let vms = Arc::new(Registry::load(
+            store.vms()?,
+            &store,
+            store.next_vm_id()?,
+            config.mask.clone(),
+        ));
         let live = Arc::new(LiveView::load(&store)?);
         let analyses: Vec<Arc<dyn Analysis>> = vec![
             live.clone(),

@@ -16,7 +16,6 @@
 //! measured before it is decoded ([`MAX_DECODED`], [`MAX_STACK_FRAMES`]).
 
 use crate::hub::Hub;
-use crate::registry::mask_tokens;
 use crate::stats::bump;
 use jvmprof_profile::Profile;
 use jvmprof_profile::pprof::proto;
@@ -454,7 +453,7 @@ pub async fn store(
         end.clamp(push.from_ms, push.until_ms)
     };
     let labels = vm_labels(&push.name);
-    let (command, jvm) = (mask_tokens(&meta.command), meta.jvm_name.clone());
+    let (command, jvm) = (hub.vms.mask(&meta.command), meta.jvm_name.clone());
     let dropped = meta.dropped_samples;
     let Some((record, seq)) = hub.vms.pushed(
         identity(&push.name),

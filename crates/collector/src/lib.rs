@@ -22,6 +22,9 @@ pub mod heaps;
 pub mod http;
 mod hub;
 pub mod ingest;
+pub mod mask;
+mod metrics;
+pub mod private;
 pub mod push;
 mod push_config;
 mod registry;
@@ -33,7 +36,8 @@ pub mod traces;
 pub use config::Config;
 pub use conn::{MAX_ALL_CONNECTIONS_BYTES, MAX_CONNECTION_BYTES, MAX_HANDSHAKE};
 pub use hub::{Hub, MAX_NEW_VMS_PER_MINUTE};
-pub use registry::{DeleteError, Registry, VmView, mask_tokens};
+pub use mask::{Mask, mask_tokens};
+pub use registry::{DeleteError, Registry, VmView};
 pub use stats::Stats;
 pub use store::{clickhouse, now_ms};
 
@@ -45,12 +49,13 @@ use tokio::net::TcpListener;
 /// slow clients cannot make the collector hold a buffer each without bound.
 pub const MAX_CONNECTIONS: usize = 1024;
 
-/// Binds `config.listen`, prints where, and serves until the process ends.
+/// Binds `config.listen`, prints where, and serves until SIGTERM or SIGINT; then stops taking
+/// connections, waits until everything received is stored, and says so.
 pub fn run_blocking(config: Config) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async move {
+    let result = rt.block_on(async move {
         let hub = Arc::new(Hub::open(config)?);
         let listener = TcpListener::bind(&hub.config.listen)
             .await
@@ -60,8 +65,32 @@ pub fn run_blocking(config: Config) -> anyhow::Result<()> {
             "jvmprof serve: listening on {addr} (web UI http://{addr}/, agents server={addr}), data in {}",
             hub.config.data.display()
         );
-        serve(hub, listener).await
-    })
+        if hub.config.token.is_none() && !addr.ip().is_loopback() {
+            eprintln!(
+                "jvmprof serve: warning: listening on {} without a token: anyone who can reach \
+                 it may read every profile and command line, and send data; give a token \
+                 (--token-file FILE or JVMPROF_TOKEN)",
+                addr.ip()
+            );
+        }
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let signal = tokio::select! {
+            r = serve(hub.clone(), listener) => return r,
+            _ = term.recv() => "SIGTERM",
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+        };
+        let queued = hub.store.backlog();
+        eprintln!(
+            "jvmprof serve: {signal}: no new connections; storing the {queued} writes still queued"
+        );
+        hub.store.barrier().await;
+        eprintln!("jvmprof serve: stopped; everything received is stored");
+        Ok(())
+    });
+    // Connection tasks end with the runtime; agents re-send what was not acknowledged to the
+    // next collector. A heap analysis still running is not waited for.
+    rt.shutdown_timeout(Duration::from_secs(2));
+    result
 }
 
 /// Accepts connections and routes each to the agent protocol or to HTTP by its first bytes.

@@ -1,6 +1,7 @@
 //! The VMs the collector knows: one job, to keep every VM seen and not deleted, connected or
 //! not, with its record and the newest sample batch received from it.
 
+use crate::mask::Mask;
 use crate::store::{Store, VmRecord, now_ms};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -21,6 +22,8 @@ pub struct Registry {
     vms: Mutex<BTreeMap<u64, VmState>>,
     /// The id the next new VM gets (ids are never reused).
     next_id: std::sync::atomic::AtomicU64,
+    /// What every command line kept here goes through first.
+    mask: Mask,
 }
 
 /// Why a VM cannot be deleted.
@@ -39,12 +42,22 @@ pub struct VmView {
 }
 
 impl Registry {
-    pub(crate) fn load(records: Vec<VmRecord>, store: &Store, next_id: u64) -> Registry {
+    /// The VMs `records` hold, their command lines masked; a record whose command line the
+    /// mask changed (kept before masking, or with other words) is stored again.
+    pub(crate) fn load(
+        records: Vec<VmRecord>,
+        store: &Store,
+        next_id: u64,
+        mask: Mask,
+    ) -> Registry {
         let vms = records
             .into_iter()
             .map(|mut r| {
-                // Records kept by a collector from before tokens were masked.
-                r.command = mask_tokens(&r.command);
+                let masked = mask.apply(&r.command);
+                if masked != r.command {
+                    r.command = masked;
+                    store.put_vm(r.clone());
+                }
                 (
                     r.id,
                     VmState {
@@ -58,7 +71,13 @@ impl Registry {
         Registry {
             vms: Mutex::new(vms),
             next_id: next_id.into(),
+            mask,
         }
+    }
+
+    /// `command` as this registry keeps it (secret values hidden).
+    pub fn mask(&self, command: &str) -> String {
+        self.mask.apply(command)
     }
 
     /// The VM this hello names (same host, pid and agent start time), or a new one if
@@ -91,7 +110,7 @@ impl Registry {
                     record: VmRecord {
                         id,
                         pid: h.pid,
-                        command: mask_tokens(&h.command),
+                        command: self.mask.apply(&h.command),
                         host: h.host.clone(),
                         jvm: h.jvm.clone(),
                         os: h.os.clone(),
@@ -140,7 +159,8 @@ impl Registry {
     /// took them in).
     pub fn add_stored(&self, records: Vec<VmRecord>, store: &Store) {
         let mut vms = self.vms.lock().unwrap();
-        for r in records {
+        for mut r in records {
+            r.command = self.mask.apply(&r.command);
             vms.entry(r.id).or_insert_with(|| VmState {
                 connections: 0,
                 received_seq: store.committed(r.id),
@@ -239,39 +259,53 @@ impl Registry {
     }
 }
 
-/// `command` with the value of every `token=` option replaced by `***`: a command line is shown
-/// in the API and the UI, and an agent's options may carry the collector's token.
-pub fn mask_tokens(command: &str) -> String {
-    let mut out = String::with_capacity(command.len());
-    let mut rest = command;
-    while let Some(at) = rest.find("token=") {
-        let start = at + "token=".len();
-        out.push_str(&rest[..start]);
-        let value_len = rest[start..]
-            .find(|c: char| c == ',' || c.is_whitespace())
-            .unwrap_or(rest.len() - start);
-        if value_len > 0 {
-            out.push_str("***");
-        }
-        rest = &rest[start + value_len..];
-    }
-    out.push_str(rest);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A record kept unmasked (by an older collector, or with other words) is served masked
+    /// and stored again masked.
     #[test]
-    fn tokens_are_masked_in_commands() {
+    fn loading_masks_kept_command_lines_and_stores_them_again() {
+        let dir = std::env::temp_dir().join(format!("jvmprof-registry-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let store = Store::open(&dir).unwrap();
+        let kept = |id: u64, command: &str| VmRecord {
+            id,
+            pid: id as u32,
+            command: command.into(),
+            ..VmRecord::default()
+        };
+        store.put_vm(kept(1, "java -Dapp.password=x Main"));
+        store.put_vm(kept(2, "java Main"));
+        rt.block_on(store.barrier());
+        let registry = Registry::load(store.vms().unwrap(), &store, 3, Mask::default());
+        let served: Vec<String> = registry
+            .list()
+            .into_iter()
+            .map(|v| v.record.command)
+            .collect();
+        assert_eq!(served, ["java -Dapp.password=*** Main", "java Main"]);
+        rt.block_on(store.barrier());
+        let mut stored: Vec<(u64, String)> = store
+            .vms()
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.id, r.command))
+            .collect();
+        stored.sort();
         assert_eq!(
-            mask_tokens("java -agentpath:/a.so=server=h:1,token=s3cret,refresh=1s -jar x.jar"),
-            "java -agentpath:/a.so=server=h:1,token=***,refresh=1s -jar x.jar"
+            stored,
+            [
+                (1, "java -Dapp.password=*** Main".to_string()),
+                (2, "java Main".to_string())
+            ]
         );
-        assert_eq!(mask_tokens("a token=x token=y"), "a token=*** token=***");
-        assert_eq!(mask_tokens("token= x"), "token= x");
-        assert_eq!(mask_tokens("no secrets"), "no secrets");
-        assert_eq!(mask_tokens("-Dtoken=abc"), "-Dtoken=***");
+        assert_eq!(registry.mask("x --secret y"), "x --secret ***");
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

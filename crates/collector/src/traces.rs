@@ -76,10 +76,7 @@ impl Traces {
         }
         let path = self.path(vm);
         let fresh = f.bytes == 0;
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)?;
+        let mut file = crate::private::open_private(&path, true)?;
         if fresh {
             file.write_all(SECTION)?;
             f.bytes += SECTION.len() as u64;

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use std::fs::File;
 use std::io::Write;
 use std::marker::PhantomData;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A fixed-size little-endian value that an array of can be spilled.
@@ -59,10 +59,12 @@ fn temp_file() -> Result<File> {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
+        // 0600: another user who opened it before the unlink would read the heap's contents.
         match std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(&path)
         {
             Ok(f) => {

@@ -98,7 +98,8 @@ pub fn read_trace(
         }));
     }
     let mut gz = flate2::bufread::GzDecoder::new(&bytes[10..]);
-    if let Err(e) = io::copy(&mut gz, &mut io::sink()) {
+    let limit = inflate_limit(bytes.len());
+    if let Err(e) = io::copy(&mut (&mut gz).take(limit), &mut io::sink()) {
         return Err(Error::invalid(
             FORMAT,
             format!("{origin}: the profile before the traces is damaged ({e})"),
@@ -155,32 +156,7 @@ pub fn read(mut input: impl Read) -> Result<Profile> {
     }
     let mut compressed = Vec::new();
     input.read_to_end(&mut compressed)?;
-    let limit = inflate_limit(compressed.len());
-    let mut body = Vec::new();
-    let inflated = GzDecoder::new(&compressed[..])
-        .take(limit + 1)
-        .read_to_end(&mut body);
-    if inflated.is_ok() && body.len() as u64 > limit {
-        return Err(Error::invalid(
-            FORMAT,
-            format!(
-                "{} compressed bytes inflate past {limit} bytes (at most 64 times the \
-                 compressed size, and 256 MiB, is believed)",
-                compressed.len()
-            ),
-        ));
-    }
-    if let Err(e) = inflated {
-        return Err(match e.kind() {
-            io::ErrorKind::UnexpectedEof => {
-                Error::truncated(FORMAT, "the compressed data ends early")
-            }
-            io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData => {
-                Error::invalid(FORMAT, format!("bad compressed data: {e}"))
-            }
-            _ => Error::Io(e),
-        });
-    }
+    let body = gunzip_bounded(&compressed, FORMAT, "compressed data")?;
     if body.is_empty() {
         return Err(Error::truncated(
             FORMAT,
@@ -247,12 +223,49 @@ fn replay(
     Ok((profile, trace, damage))
 }
 
-/// The most bytes a version 1 to 4 file of `compressed` bytes may inflate to: real profiles
-/// compress 3 to 10 times, a gzip of zeros a thousand times (a 2 MB file took 2.1 GB).
-fn inflate_limit(compressed: usize) -> u64 {
+/// The most bytes `compressed` bytes of gzip (a version 1 to 4 file, a `.pb.gz`) may inflate
+/// to: real profiles compress 3 to 10 times, a gzip of zeros a thousand times (a 2 MB file took
+/// 2.1 GB). So 64 times the compressed size, at least 64 MiB, at most 4 GiB.
+pub(crate) fn inflate_limit(compressed: usize) -> u64 {
     (compressed as u64)
         .saturating_mul(64)
-        .clamp(256 << 20, 8 << 30)
+        .clamp(64 << 20, 4 << 30)
+}
+
+/// `compressed` (gzip) inflated, refused past [`inflate_limit`] with an error of `format` that
+/// says so; truncated and bad data are errors too, naming the data `what`.
+pub(crate) fn gunzip_bounded(
+    compressed: &[u8],
+    format: &'static str,
+    what: &str,
+) -> Result<Vec<u8>> {
+    let limit = inflate_limit(compressed.len());
+    let mut body = Vec::new();
+    let inflated = GzDecoder::new(compressed)
+        .take(limit + 1)
+        .read_to_end(&mut body);
+    if let Err(e) = inflated {
+        return Err(match e.kind() {
+            io::ErrorKind::UnexpectedEof => {
+                Error::truncated(format, format!("the {what} ends early"))
+            }
+            io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData => {
+                Error::invalid(format, format!("bad {what}: {e}"))
+            }
+            _ => Error::Io(e),
+        });
+    }
+    if body.len() as u64 > limit {
+        return Err(Error::invalid(
+            format,
+            format!(
+                "{} compressed bytes inflate past {limit} bytes (at most 64 times the \
+                 compressed size, and 64 MiB, is believed)",
+                compressed.len()
+            ),
+        ));
+    }
+    Ok(body)
 }
 
 /// The whole of `body` as one `T`.
@@ -539,10 +552,7 @@ mod tests {
         gz.finish().unwrap();
         assert!(bytes.len() < 1 << 20);
         let e = read(&bytes[..]).unwrap_err();
-        assert!(
-            e.to_string().contains("inflate past 268435456 bytes"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("inflate past 67108864 bytes"), "{e}");
     }
 
     #[test]

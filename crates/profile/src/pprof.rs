@@ -17,8 +17,6 @@ use crate::error::Result;
 use crate::export::{ExportOptions, default_metric};
 use crate::model::*;
 use flate2::Compression;
-#[cfg(feature = "read")]
-use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use prost::Message;
 use std::collections::HashMap;
@@ -260,16 +258,8 @@ pub fn read(mut input: impl Read) -> Result<Profile> {
     let mut raw = Vec::new();
     input.read_to_end(&mut raw)?;
     let bytes = if sniff_gzip(&raw) {
-        let mut out = Vec::new();
-        if let Err(e) = GzDecoder::new(&raw[..]).read_to_end(&mut out) {
-            return Err(match e.kind() {
-                std::io::ErrorKind::UnexpectedEof => {
-                    Error::truncated(FORMAT, "the gzip data ends early")
-                }
-                _ => Error::invalid(FORMAT, format!("bad gzip data: {e}")),
-            });
-        }
-        out
+        // Bounded: a 2 MB gzip of zeros would inflate to 2 GB.
+        crate::native::gunzip_bounded(&raw, FORMAT, "gzip data")?
     } else {
         raw
     };
@@ -439,7 +429,9 @@ mod tests {
 
     fn decode_message(bytes: &[u8]) -> proto::Profile {
         let mut raw = Vec::new();
-        GzDecoder::new(bytes).read_to_end(&mut raw).unwrap();
+        flate2::read::GzDecoder::new(bytes)
+            .read_to_end(&mut raw)
+            .unwrap();
         proto::Profile::decode(&raw[..]).unwrap()
     }
 
@@ -603,6 +595,29 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "truncated pprof file: the gzip data ends early"
+        );
+    }
+
+    /// A gzip bomb (300 MiB of zeros in under 1 MiB) is refused at 64 MiB, naming the limit.
+    #[test]
+    fn a_gzip_bomb_is_refused_within_bounded_memory() {
+        use std::io::Write;
+        let mut bytes = Vec::new();
+        let mut gz = flate2::write::GzEncoder::new(&mut bytes, flate2::Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..300 {
+            gz.write_all(&zeros).unwrap();
+        }
+        gz.finish().unwrap();
+        assert!(bytes.len() < 1 << 20);
+        let e = read(&bytes[..]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "invalid pprof data: {} compressed bytes inflate past 67108864 bytes (at most 64 \
+                 times the compressed size, and 64 MiB, is believed)",
+                bytes.len()
+            )
         );
     }
 

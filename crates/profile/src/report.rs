@@ -237,6 +237,10 @@ impl<'a> Methods<'a> {
 
 fn header(profile: &Profile, out: &mut String) {
     let m = &profile.meta;
+    // Stacks taken on a clock (cpu, wall): the interval, thread states, failed walks and dropped
+    // samples mean something. Counted calls (exact, root) and events (alloc, lock) have none of
+    // these, only events the agent could not keep.
+    let sampled = m.metrics.contains(&Metric::Samples);
     let mut line = |key: &str, value: String| {
         let _ = writeln!(out, "{:<17}{value}", format!("{key}:"));
     };
@@ -248,7 +252,7 @@ fn header(profile: &Profile, out: &mut String) {
             m.modes.join(", ")
         },
     );
-    if m.interval_ns != 0 {
+    if sampled && m.interval_ns != 0 {
         line("interval", format!("{} ms", m.interval_ns as f64 / 1e6));
     }
     if !m.engine.is_empty() {
@@ -302,7 +306,7 @@ fn header(profile: &Profile, out: &mut String) {
             profile.threads.len()
         ),
     );
-    if let Some(first) = m.metrics.first() {
+    if let Some(first) = m.metrics.first().filter(|_| sampled) {
         let mut states: BTreeMap<&str, u64> = BTreeMap::new();
         for s in &profile.samples {
             let acc = states.entry(s.state.as_str()).or_insert(0);
@@ -328,15 +332,19 @@ fn header(profile: &Profile, out: &mut String) {
         .iter()
         .map(|(r, n)| format!("{r} {n}"))
         .collect();
-    line(
-        "walk failures",
-        if reasons.is_empty() {
-            "0".to_string()
-        } else {
-            format!("{failed} ({})", reasons.join(", "))
-        },
-    );
-    line("dropped samples", m.dropped_samples.to_string());
+    if sampled {
+        line(
+            "walk failures",
+            if reasons.is_empty() {
+                "0".to_string()
+            } else {
+                format!("{failed} ({})", reasons.join(", "))
+            },
+        );
+        line("dropped samples", m.dropped_samples.to_string());
+    } else if m.dropped_samples > 0 {
+        line("dropped events", m.dropped_samples.to_string());
+    }
     let extra = |k: &str| m.extra.get(k).map(String::as_str);
     if let Some(damage) = extra("damage") {
         line("file", damage.to_string());
@@ -514,7 +522,7 @@ fn sites(profile: &Profile, top: usize, out: &mut String) {
 mod tests {
     use super::*;
     use crate::model::*;
-    use crate::testdata::sample_profile;
+    use crate::testdata::{alloc_profile, sample_profile};
 
     #[test]
     fn exact_report() {
@@ -654,6 +662,27 @@ Top methods by total samples (callees included, once per stack):
         assert!(text.ends_with("(the profile has no `bytes` metric; it has: samples, ns)\n"));
         let text = super::text(&Profile::default(), &ReportOptions::default());
         assert!(text.ends_with("(the profile has no metric)\n"), "{text}");
-        assert!(text.contains("walk failures:   0\n"));
+        // Nothing was sampled: no sampling words.
+        assert!(!text.contains("walk failures"), "{text}");
+        assert!(!text.contains("dropped samples"), "{text}");
+    }
+
+    /// Exact, root and alloc profiles say no interval, thread states, failed walks or dropped
+    /// samples; dropped events, if any, in their own words.
+    #[test]
+    fn counted_profiles_speak_no_sampling_words() {
+        let mut p = alloc_profile();
+        p.meta.interval_ns = 10_000_000;
+        p.meta.walk_failures.insert("gc_active".into(), 2);
+        p.meta.dropped_samples = 0;
+        let text = super::text(&p, &ReportOptions::default());
+        for word in ["interval", "thread states", "walk failures", "dropped"] {
+            assert!(!text.contains(word), "{word} in:\n{text}");
+        }
+        p.meta.dropped_samples = 4;
+        let text = super::text(&p, &ReportOptions::default());
+        assert!(text.contains("\ndropped events:  4\n"), "{text}");
+        let sampled = super::text(&sample_profile(), &ReportOptions::default());
+        assert!(sampled.contains("\ninterval:        10 ms\n"), "{sampled}");
     }
 }

@@ -210,7 +210,8 @@ fn info(profile: &Profile) -> String {
     if m.duration_ms != 0 {
         parts.push(format!("{:.1} s", m.duration_ms as f64 / 1000.0));
     }
-    if m.interval_ns != 0 {
+    // An interval only where stacks were sampled on a clock (not exact, root, alloc, lock).
+    if m.interval_ns != 0 && m.metrics.contains(&Metric::Samples) {
         parts.push(format!("interval {} ms", m.interval_ns as f64 / 1e6));
     }
     parts.join(", ")

@@ -343,3 +343,45 @@ proptest::proptest! {
         let _ = read(&bytes[..cut % n]);
     }
 }
+
+/// A timeline entry claiming 10^9 periods of a sample that has 3 is not expanded (the times
+/// do not add up, so events are spread evenly); the 3 samples read back.
+#[test]
+fn a_huge_timeline_weight_is_not_expanded() {
+    let mut p = timed_profile();
+    p.timeline[0].weight = 1_000_000_000;
+    let mut bytes = Vec::new();
+    write(&p, &mut bytes).unwrap();
+    assert!(bytes.len() < 100_000, "{} bytes", bytes.len());
+    let back = read(&bytes).unwrap();
+    assert_eq!(canonical(&back), canonical(&p));
+}
+
+/// Counts of 10^9 (samples with a matching timeline, locks) are refused before any event is
+/// made: one event each would take gigabytes.
+#[test]
+fn huge_counts_are_refused_with_the_number_of_events() {
+    let mut p = timed_profile();
+    p.samples[0].values[0] = 1_000_000_000;
+    p.timeline[0].weight = 1_000_000_000 - 2;
+    let e = write(&p, Vec::new()).unwrap_err();
+    let samples: u64 = p.samples.iter().map(|s| s.values[0]).sum();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "cannot export: JFR holds one event per sample, lock and wait: this profile would \
+             make {samples} events, more than 16777216; write .jvmprof or .pb.gz instead"
+        )
+    );
+    let mut lock = sample_profile();
+    lock.meta.metrics = vec![Metric::LockNs, Metric::LockCount];
+    for s in &mut lock.samples {
+        s.values = vec![10, 1];
+    }
+    lock.samples[0].values = vec![5_000_000_000, u64::MAX / 2];
+    let e = write(&lock, Vec::new()).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("would make {} events", u64::MAX / 2 + 4)),
+        "{e}"
+    );
+}

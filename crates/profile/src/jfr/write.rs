@@ -45,6 +45,11 @@ const T_UNSIGNED: u64 = 206;
 /// `objects` no longer reads back exactly (`bytes` always does).
 const MAX_ALLOCATION_EVENTS: u64 = 1_000_000;
 
+/// Most events of all kinds a profile may make (each is held while they are sorted by time,
+/// ~50 bytes with its share of the output): a profile that claims more (a count of 10^9 in a
+/// 25 KB file) is refused before anything is allocated for it.
+const MAX_EVENTS: u64 = 1 << 24;
+
 /// Frame types, by key.
 const FRAME_TYPES: [&str; 3] = ["JIT compiled", "Native", "Synthetic"];
 /// Thread states, by key (their index + 1).
@@ -478,11 +483,30 @@ struct Planned {
 /// Each sample's times (ns from the start, one per period: an entry standing for `w` periods
 /// gives `w` times a period apart, ending at its own), if the timeline accounts for every
 /// period of every sample (`samples` is the index of the periods metric); `None` otherwise.
+///
+/// The weights are checked against the samples before any is expanded: a timeline entry may
+/// claim up to 2^32 periods, and only a timeline that adds up to the samples (whose total the
+/// caller bounded) is turned into times.
 fn sample_times(profile: &Profile, samples: usize, period: u64) -> Option<Vec<Vec<u64>>> {
     if profile.timeline.is_empty() {
         return None;
     }
-    let mut times: Vec<Vec<u64>> = vec![Vec::new(); profile.samples.len()];
+    let mut periods = vec![0u64; profile.samples.len()];
+    for t in &profile.timeline {
+        let n = periods.get_mut(t.sample as usize)?;
+        *n = n.saturating_add(u64::from(t.weight.max(1)));
+    }
+    let complete = periods
+        .iter()
+        .zip(&profile.samples)
+        .all(|(n, s)| *n == s.values[samples]);
+    if !complete {
+        return None;
+    }
+    let mut times: Vec<Vec<u64>> = periods
+        .iter()
+        .map(|n| Vec::with_capacity(*n as usize))
+        .collect();
     for t in &profile.timeline {
         let w = u64::from(t.weight.max(1));
         let list = &mut times[t.sample as usize];
@@ -490,11 +514,7 @@ fn sample_times(profile: &Profile, samples: usize, period: u64) -> Option<Vec<Ve
             list.push(t.offset_ns.saturating_sub(k.saturating_mul(period)));
         }
     }
-    let complete = times
-        .iter()
-        .zip(&profile.samples)
-        .all(|(t, s)| t.len() as u64 == s.values[samples]);
-    complete.then_some(times)
+    Some(times)
 }
 
 /// Splits `total` into `n` parts that add up to it.
@@ -576,6 +596,12 @@ pub(super) fn write(profile: &Profile, mut out: impl Write) -> Result<()> {
         }
     }
     let total_events: u64 = plan.iter().fold(0u64, |a, p| a.saturating_add(p.2));
+    if total_events > MAX_EVENTS {
+        return Err(Error::Export(format!(
+            "JFR holds one event per sample, lock and wait: this profile would make \
+             {total_events} events, more than {MAX_EVENTS}; write .jvmprof or .pb.gz instead"
+        )));
+    }
     let timed = samples.and_then(|i| sample_times(profile, i, period));
     let last_time = timed.iter().flatten().flatten().max().map_or(0, |t| t + 1);
     let duration_ns = if profile.meta.duration_ms > 0 {

@@ -220,7 +220,15 @@ pub fn read_chunks(mut bytes: &[u8], origin: &str) -> (VmTrace, Option<String>) 
     (t, message)
 }
 
-/// Adds a chunk to the traces read so far (`by_id`: thread id → index in `t.threads`).
+/// How far method ids may run past twice the methods named so far. Agents number methods from
+/// 0 as they name them, so ids stay close to the names seen (a gap only where chunks were
+/// dropped); a damaged or hostile chunk naming method 4,000,000,000 would otherwise make a
+/// table of 96 GB.
+const METHOD_ID_SLACK: usize = 1 << 16;
+
+/// Adds a chunk to the traces read so far (`by_id`: thread id → index in `t.threads`). A method
+/// named with an id past [`METHOD_ID_SLACK`] beyond twice the names seen stays unnamed (the
+/// join shows it as `[method N]`).
 pub fn merge(t: &mut VmTrace, c: Chunk, by_id: &mut std::collections::HashMap<u64, usize>) {
     if let Some(vm) = c.vm {
         t.vm = vm.vm;
@@ -228,9 +236,19 @@ pub fn merge(t: &mut VmTrace, c: Chunk, by_id: &mut std::collections::HashMap<u6
         t.host = vm.host;
         t.pid = vm.pid;
     }
+    // Counted only when an id is that far out, once per chunk.
+    let mut named: Option<usize> = None;
     for (id, name) in c.methods {
         let i = id as usize;
         if t.methods.len() <= i {
+            if i >= METHOD_ID_SLACK {
+                let n =
+                    named.get_or_insert_with(|| t.methods.iter().filter(|m| !m.is_empty()).count());
+                *n += 1;
+                if i >= METHOD_ID_SLACK + 2 * *n {
+                    continue;
+                }
+            }
             t.methods.resize(i + 1, String::new());
         }
         t.methods[i] = name;
@@ -288,6 +306,30 @@ mod tests {
             )],
             dropped_calls: n as u64,
         }
+    }
+
+    /// A chunk naming method 4,000,000,000 does not make a table that long; ids near the names
+    /// seen (a gap where chunks were dropped) are kept.
+    #[test]
+    fn far_method_ids_are_not_a_table_of_that_size() {
+        let mut c = chunk(true, 10);
+        c.methods.push((4_000_000_000, "Far.away".into()));
+        c.methods.push((70_000, "Gap.after_drops".into()));
+        let mut bytes = Vec::new();
+        write_chunk(&c, &mut bytes).unwrap();
+        let (t, damage) = read_chunks(&bytes, "x");
+        assert!(damage.is_none());
+        assert_eq!(t.methods.len(), 1);
+        let mut near = chunk(false, 20);
+        near.methods = (1..=3000u32).map(|i| (i, format!("M.m{i}"))).collect();
+        near.methods.push((65_000, "Gap.small".into()));
+        let mut bytes = Vec::new();
+        write_chunk(&chunk(true, 10), &mut bytes).unwrap();
+        write_chunk(&near, &mut bytes).unwrap();
+        let (t, _) = read_chunks(&bytes, "x");
+        assert_eq!(t.methods.len(), 65_001);
+        assert_eq!(t.methods[65_000], "Gap.small");
+        assert_eq!(t.methods[3000], "M.m3000");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use jvmprof_jvmti::classes::GlobalRef;
 use jvmprof_profile::trace::log::{self as tracelog, Chunk, Event, Protocol, Side, VmHeader};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 /// Event tags in the Java rings (`Roots.ENTER` ...), the low [`TAG_BITS`] of an event's head.
@@ -80,7 +81,15 @@ impl Drain {
             outbox: streaming.then(|| (std::collections::VecDeque::new(), 0)),
             unsent: 0,
         };
-        match std::fs::File::create(&d.path) {
+        // A private intermediate (the calls of the application): 0600, like the temporary
+        // directory the CLI gives the agent.
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&d.path);
+        match created {
             Ok(f) => {
                 let mut w = std::io::BufWriter::new(f);
                 if let Err(e) = w.write_all(tracelog::SECTION) {
