@@ -551,7 +551,7 @@ mod tests {
 
     #[test]
     fn tokens_round_trip_and_are_never_zero() {
-        assert!(MAX_TRACKED < 1 << 18);
+        const { assert!(MAX_TRACKED < 1 << 18) };
         for (serial, slot) in [(0u64, 0u32), (7, 131_071), ((1 << 46) - 1, 5)] {
             assert_ne!(encode(serial, slot), 0);
             assert_eq!(decode(encode(serial, slot)), (serial, slot));
