@@ -19,10 +19,17 @@ const COUNTERS: &[(&str, &str)] = &[
     ),
     ("bytes", "Bytes received from agents"),
     ("snapshots", "Thread snapshots received"),
-    ("sample_batches", "Sample batches received from agents"),
+    (
+        "sample_batches",
+        "Record chunks (older agents: sample batches) received from agents",
+    ),
     (
         "duplicate_batches",
-        "Sample batches re-sent after a reconnect, already stored",
+        "Record chunks re-sent after a reconnect, already stored",
+    ),
+    (
+        "sample_records",
+        "Sample records received (a new sample or values added to one)",
     ),
     ("samples", "Samples received (agents and /ingest)"),
     ("ingested", "Profiles received at /ingest"),
