@@ -64,7 +64,6 @@ fn failed_walks_are_recovered() {
             100.0 * on_main
         );
         assert_eq!(none, 0, "recover_walks=false recovers nothing");
-        assert!(recovered > 0, "{home:?}: nothing recovered");
         if off < 0.20 {
             // JDK 21's AsyncGetCallTrace gives up on this program in 0.4-2 % of samples only:
             // recovery can only take those, so it must leave no more [unknown] than it found
@@ -83,6 +82,9 @@ fn failed_walks_are_recovered() {
             );
             continue;
         }
+        // Where walks fail often, recovery must have taken some (with the rare failures of
+        // JDK 21 a run may have none to take).
+        assert!(recovered > 0, "{home:?}: nothing recovered");
         assert!(
             on + 0.10 <= off,
             "{home:?}: [unknown] is {:.1} % with recovery, {:.1} % without",
